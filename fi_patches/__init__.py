@@ -1,0 +1,49 @@
+"""fi_patches: version-gated patches and shims for FlashInfer.
+
+``import fi_patches`` imports neither torch nor FlashInfer; the names below load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "status": "fi_patches.compat.evaluate",
+    "refresh": "fi_patches.compat.evaluate",
+    "FeatureStatus": "fi_patches.compat.evaluate",
+    "pinned_tactics": "fi_patches.pinning.context",
+    "PinTable": "fi_patches.pins.table",
+    "PinTableError": "fi_patches.pins.errors",
+    "PinProblem": "fi_patches.pins.errors",
+    "register_pins": "fi_patches.pins.default",
+    "default_pins": "fi_patches.pins.default",
+}
+
+__all__ = [*sorted(_EXPORTS), "__version__"]
+
+if TYPE_CHECKING:
+    from fi_patches.compat.evaluate import FeatureStatus as FeatureStatus
+    from fi_patches.compat.evaluate import refresh as refresh
+    from fi_patches.compat.evaluate import status as status
+    from fi_patches.pinning.context import pinned_tactics as pinned_tactics
+    from fi_patches.pins.default import default_pins as default_pins
+    from fi_patches.pins.default import register_pins as register_pins
+    from fi_patches.pins.errors import PinProblem as PinProblem
+    from fi_patches.pins.errors import PinTableError as PinTableError
+    from fi_patches.pins.table import PinTable as PinTable
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'fi_patches' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -1,0 +1,29 @@
+"""``python -m fi_patches``: the command line. Library code logs; only the CLI prints."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from fi_patches.cli import doctor
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m fi_patches", description=__doc__)
+    parser.add_argument("-v", "--verbose", action="store_true", help="show fi_patches' log")
+    commands = parser.add_subparsers(dest="command", required=True)
+    doctor.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    code: int = args.run(args)
+    return code

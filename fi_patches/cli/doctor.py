@@ -1,0 +1,34 @@
+"""``doctor``: which features are enabled here, and why the others are not."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from fi_patches.cli.table import render
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser("doctor", help="report each feature's state and reason")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fi_patches.compat.evaluate import status
+
+    records = status()
+    if args.json:
+        print(json.dumps([r.to_dict() for r in records], indent=2))
+        return 0
+    rows = [
+        (r.name, "enabled" if r.enabled else "disabled", r.flashinfer, r.device, r.reason)
+        for r in records
+    ]
+    print(render(("feature", "state", "flashinfer", "device", "reason"), rows))
+    pins = [(r.name, r.pins) for r in records if r.pins]
+    if pins:
+        print()
+        print(render(("feature", "pins"), pins))
+    return 0

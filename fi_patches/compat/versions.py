@@ -1,0 +1,40 @@
+"""Prerelease-aware version checks: a FlashInfer release is verified only if a declared
+specifier admits it, so 0.7.5rc1 or 0.7.4.post1 never pass as 0.7.4."""
+
+from __future__ import annotations
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
+
+def parse_version(text: str) -> Version | None:
+    """``text`` as a PEP 440 version, or None when it is not one."""
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def parse_specifier(text: str) -> SpecifierSet:
+    """``text`` as a specifier set; raises ``ValueError`` with the text when it is not one."""
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier as exc:
+        raise ValueError(f"{text!r} is not a version specifier such as '>=0.7.0,<=0.7.4'") from exc
+
+
+def is_verified(version: Version, verified: SpecifierSet) -> bool:
+    """Whether ``version`` is inside ``verified``.
+
+    Pre- and dev-releases are admitted only when the specifier names one itself
+    (``SpecifierSet`` semantics), and post-releases only when the bounds include them.
+    """
+    return verified.contains(version)
+
+
+def is_newer_than(version: Version, verified: SpecifierSet) -> bool:
+    """Whether ``version`` lies above every upper bound of ``verified``."""
+    uppers = [Version(s.version) for s in verified if s.operator in ("<", "<=", "==", "===")]
+    if not uppers:
+        return False
+    return all(version > upper for upper in uppers)

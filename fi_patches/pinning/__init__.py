@@ -1,0 +1,1 @@
+"""Pinned tactics: FlashInfer's tuner is offered only the pinned tactic for pinned problems."""

@@ -1,0 +1,79 @@
+"""The FlashInfer runners whose tactics can be pinned, where they live, and how to read the
+pinned problem (weight ``n``, ``k`` and activation rows) from their inputs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+GEMM_BASE = "flashinfer.gemm.gemm_base"
+AUTOTUNER = "flashinfer.autotuner"
+LOW_LATENCY_MODULE = "flashinfer.gemm.kernels.cute_dsl.low_latency_blockscaled_gemm"
+LOW_LATENCY_FACTORY = "_cutedsl_low_latency_blockscaled_gemm_runner"
+LOW_LATENCY_CLASS = "CutedslLowLatencyBlockscaledGemmRunner"
+
+Problem = tuple[int, int, int]
+"""``(n, k, rows)``: the weight's output features, its input features, the activation rows."""
+
+Shapes = Sequence[Sequence[int]]
+
+
+@dataclass(frozen=True)
+class PinnedRunner:
+    """A runner class fi_patches pins, and the pin-table section holding its pins."""
+
+    module: str
+    class_name: str
+    section: str
+    problem: Callable[[Sequence[Any], Shapes | None], Problem | None]
+    """``(n, k, rows)`` of an MXFP8 call from the runner's inputs (``shapes`` override the
+    tensors' shapes, as the tuner's cache lookups pass them), or None for other dtypes."""
+
+    normalize: Callable[[Any], Any]
+    """A tactic as the pin table spells it (JSON-loaded caches hold lists, not tuples)."""
+
+
+def _dims(inputs: Sequence[Any], shapes: Shapes | None, index: int) -> Sequence[int]:
+    return shapes[index] if shapes is not None else inputs[index].shape
+
+
+def low_latency_problem(inputs: Sequence[Any], shapes: Shapes | None = None) -> Problem | None:
+    """The MXFP8 problem of the low-latency runner's inputs.
+
+    The runner takes ``mm_mxfp8``'s 7 inputs ``[a (rows, K), b (K, N), a_scale, b_scale,
+    out_dtype, out, workspace]`` or the kernel's 9 native ones ``[A (N, K), B (rows, K), sfa,
+    sfb, C, workspace, mnkl, alpha, bias]``; FP4 (10 inputs) and FP8 with E4M3 scales are not
+    MXFP8 and are never pinned.
+    """
+    import torch
+
+    if len(inputs) == 7:
+        a, b = inputs[0], inputs[1]
+        if a.dtype != torch.float8_e4m3fn or b.dtype != torch.float8_e4m3fn:
+            return None
+        a_dims, b_dims = _dims(inputs, shapes, 0), _dims(inputs, shapes, 1)
+        return int(b_dims[1]), int(a_dims[1]), int(a_dims[0])
+    if len(inputs) == 9:
+        weight, act, sfa = inputs[0], inputs[1], inputs[2]
+        if (
+            weight.dtype != torch.float8_e4m3fn
+            or act.dtype != torch.float8_e4m3fn
+            or sfa.dtype != torch.float8_e8m0fnu
+        ):
+            return None
+        w_dims, a_dims = _dims(inputs, shapes, 0), _dims(inputs, shapes, 1)
+        return int(w_dims[0]), int(w_dims[1]), int(a_dims[0])
+    return None
+
+
+def tuple_tactic(tactic: Any) -> Any:
+    """A flat tactic as a tuple of ints (lists from JSON caches become tuples)."""
+    return tuple(tactic) if isinstance(tactic, (list, tuple)) else tactic
+
+
+LOW_LATENCY = PinnedRunner(
+    GEMM_BASE, LOW_LATENCY_CLASS, "low_latency", low_latency_problem, tuple_tactic
+)
+
+PINNED_RUNNERS: tuple[PinnedRunner, ...] = (LOW_LATENCY,)

@@ -1,0 +1,126 @@
+"""Check a pin table against the installed FlashInfer: every tactic must be one FlashInfer's
+own enumerator offers for its problem, and every row range must be made of whole tuner buckets
+(FlashInfer caches one winner per bucket, so a range splitting one could not be honoured)."""
+
+from __future__ import annotations
+
+import importlib
+import threading
+import weakref
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from fi_patches.pinning.targets import GEMM_BASE, LOW_LATENCY_MODULE
+from fi_patches.pins.errors import PinProblem, PinTableError
+from fi_patches.pins.schema import LOW_LATENCY_MAX_ROWS, RowRangePin
+from fi_patches.pins.table import PinTable
+
+Checker = Callable[[PinTable], list[PinProblem]]
+
+
+def mxfp8_bucket_of() -> Callable[[int], int]:
+    """FlashInfer's row-to-bucket map of ``mm_mxfp8``'s tuner (one cache entry per bucket)."""
+    gemm_base = importlib.import_module(GEMM_BASE)
+    spec = gemm_base._MM_MXFP8_CUTE_DSL_TUNING_CONFIG.dynamic_tensor_specs[0]
+    mapper: Callable[[int], int] = spec.map_to_tuning_buckets
+    return mapper
+
+
+def bucket_groups(bucket_of: Callable[[int], int], max_rows: int) -> list[tuple[int, int]]:
+    """Row ranges ``(lo, hi)`` within ``1..max_rows`` that share one bucket."""
+    groups: list[tuple[int, int]] = []
+    for rows in range(1, max_rows + 1):
+        if groups and bucket_of(rows) == bucket_of(groups[-1][0]):
+            groups[-1] = (groups[-1][0], rows)
+        else:
+            groups.append((rows, rows))
+    return groups
+
+
+def check_buckets(
+    section: str,
+    entries: Iterable[RowRangePin],
+    source: str,
+    bucket_of: Callable[[int], int],
+    max_rows: int,
+) -> list[PinProblem]:
+    """A problem for each entry whose row range cuts through one of the tuner's buckets."""
+    groups = bucket_groups(bucket_of, max_rows)
+    whole = ", ".join(f"{lo}..{hi}" if lo != hi else str(lo) for lo, hi in groups)
+    problems = []
+    for entry in entries:
+        for lo, hi in groups:
+            overlaps = lo <= entry.max_rows and hi >= entry.min_rows
+            if overlaps and not (entry.min_rows <= lo and hi <= entry.max_rows):
+                field = "min_rows" if lo < entry.min_rows else "max_rows"
+                problems.append(
+                    PinProblem(
+                        source,
+                        f"[[{section}]] #{entry.index}",
+                        field,
+                        getattr(entry, field),
+                        f"rows {entry.rows_text} split FlashInfer's tuner bucket of rows "
+                        f"{lo}..{hi}, which caches one tactic for all of them; "
+                        f"use whole buckets ({whole})",
+                    )
+                )
+                break
+    return problems
+
+
+def _mxfp8_dtypes() -> tuple[Any, ...]:
+    import cutlass
+
+    return (cutlass.Float8E4M3FN, cutlass.Float8E4M3FN, cutlass.Float8E8M0FNU, 32, cutlass.BFloat16)
+
+
+def check_low_latency(table: PinTable) -> list[PinProblem]:
+    """Problems of the table's ``[[low_latency]]`` entries against the installed FlashInfer."""
+    entries = table.entries("low_latency")
+    if not entries:
+        return []
+    enumerate_tactics = importlib.import_module(LOW_LATENCY_MODULE).autotune_tactics
+    dtypes = _mxfp8_dtypes()
+    problems = check_buckets(
+        "low_latency", entries, table.source, mxfp8_bucket_of(), LOW_LATENCY_MAX_ROWS
+    )
+    for entry in entries:
+        for rows in range(entry.min_rows, entry.max_rows + 1):
+            offered = [tuple(t) for t in enumerate_tactics((entry.n, rows, entry.k, 1), *dtypes)]
+            if entry.tactic not in offered:
+                sample = ", ".join(str(t) for t in offered[:3]) or "none"
+                problems.append(
+                    PinProblem(
+                        table.source,
+                        f"[[low_latency]] #{entry.index}",
+                        "tactic",
+                        list(entry.tactic),
+                        f"is not among the {len(offered)} tactics FlashInfer's low-latency "
+                        f"enumerator offers for n={entry.n} k={entry.k} rows={rows} "
+                        f"(e.g. {sample})",
+                    )
+                )
+                break
+    return problems
+
+
+CHECKERS: dict[str, Checker] = {"low_latency": check_low_latency}
+
+_checked: weakref.WeakKeyDictionary[PinTable, tuple[str, ...]] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def check_table(table: PinTable, sections: Iterable[str] | None = None) -> None:
+    """Raise :class:`PinTableError` unless every entry of ``sections`` (default: all with a
+    checker) is valid on the installed FlashInfer. A table passes once per process."""
+    wanted = tuple(sections) if sections is not None else tuple(CHECKERS)
+    with _lock:
+        done = _checked.get(table, ())
+    todo = [s for s in wanted if s not in done and table.entries(s)]
+    problems: list[PinProblem] = []
+    for section in todo:
+        problems.extend(CHECKERS[section](table))
+    if problems:
+        raise PinTableError(problems)
+    with _lock:
+        _checked[table] = tuple(sorted(set(done) | set(wanted)))

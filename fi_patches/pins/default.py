@@ -1,0 +1,91 @@
+"""The default pin table: ``FI_PATCHES_PINS`` (a path), else what ``register_pins`` set, else
+an empty table."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from fi_patches.pins.errors import PinTableError
+from fi_patches.pins.schema import SECTIONS
+from fi_patches.pins.table import PinTable
+
+if TYPE_CHECKING:
+    from fi_patches.compat.evaluate import FeatureStatus
+
+ENV = "FI_PATCHES_PINS"
+
+_lock = threading.Lock()
+_registered: PinTable | None = None
+_file_cache: dict[tuple[str, int, int], PinTable] = {}
+
+
+def as_table(table: PinTable | str | os.PathLike[str] | Mapping[str, object]) -> PinTable:
+    """``table`` itself, the file at a path, or a validated mapping."""
+    if isinstance(table, PinTable):
+        return table
+    if isinstance(table, Mapping):
+        return PinTable.from_mapping(table)
+    return _load_file(Path(table))
+
+
+def _load_file(path: Path) -> PinTable:
+    try:
+        stat = path.stat()
+        key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+    except OSError:
+        return PinTable.from_file(path)  # raises the error naming the file
+    with _lock:
+        cached = _file_cache.get(key)
+    if cached is None:
+        cached = PinTable.from_file(path)
+        with _lock:
+            _file_cache[key] = cached
+    return cached
+
+
+def register_pins(table: PinTable | str | os.PathLike[str] | Mapping[str, object] | None) -> None:
+    """Make ``table`` the default for ``pinned_tactics()`` (``FI_PATCHES_PINS`` still wins);
+    None unregisters. The table is validated now, so a bad one raises here."""
+    global _registered
+    resolved = None if table is None else as_table(table)
+    with _lock:
+        _registered = resolved
+
+
+def default_pins() -> PinTable:
+    """The table ``pinned_tactics()`` uses when given none; raises :class:`PinTableError`
+    when ``FI_PATCHES_PINS`` names a bad file."""
+    path = os.environ.get(ENV)
+    if path:
+        return _load_file(Path(path))
+    with _lock:
+        return _registered if _registered is not None else PinTable.empty()
+
+
+def describe_default_pins(feature: str, record: FeatureStatus) -> str:
+    """One sentence on what the default table holds for ``feature`` and whether it applies."""
+    sections = [name for name, section in SECTIONS.items() if section.feature == feature]
+    if not sections:
+        return ""
+    try:
+        table = default_pins()
+    except PinTableError as exc:
+        return f"{ENV} is invalid: {exc.problems[0]}"
+    count = sum(len(table.entries(name)) for name in sections)
+    if count == 0:
+        return (
+            f"no pins ({ENV} unset and none registered)"
+            if not os.environ.get(ENV)
+            else (f"no {'/'.join(sections)} pins in {table.source}")
+        )
+    from fi_patches.compat.device import normalize_arch
+    from fi_patches.compat.versions import parse_version
+
+    device = normalize_arch(record.device.split(" ")[0]) if record.device else None
+    skip = table.skip_reason(device, parse_version(record.flashinfer))
+    what = f"{count} {'/'.join(sections)} pins from {table.source}"
+    return f"{what} skipped: {skip}" if skip else what

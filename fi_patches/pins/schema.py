@@ -1,0 +1,167 @@
+"""The pin table schema: ``[meta]`` plus one array of tables per pinned runner. Sections are
+registered here so new runners add a section without changing how tables load."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.specifiers import SpecifierSet
+
+from fi_patches.compat.device import normalize_arch
+from fi_patches.compat.versions import parse_specifier
+from fi_patches.pins.errors import PinProblem
+from fi_patches.pins.fields import FieldReader
+
+SCHEMA_VERSION = 1
+LOW_LATENCY_MAX_ROWS = 8
+"""FlashInfer's low-latency runner serves at most 8 activation rows."""
+
+LowLatencyTactic = tuple[int, int, int, int]
+"""``(cta_k, ab_stages, sfb_tmem_stages, split_k)``, as ``autotune_tactics`` lists them."""
+
+
+@dataclass(frozen=True)
+class PinMeta:
+    """Where the pins were chosen: ``device`` (``sm_103`` or ``*``) and a FlashInfer specifier."""
+
+    device: str
+    flashinfer: SpecifierSet
+    schema: int = SCHEMA_VERSION
+    note: str = ""
+    source: str = ""
+
+    def to_mapping(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "schema": self.schema,
+            "device": self.device,
+            "flashinfer": str(self.flashinfer),
+        }
+        if self.note:
+            data["note"] = self.note
+        if self.source:
+            data["source"] = self.source
+        return data
+
+
+def parse_meta(reader: FieldReader) -> PinMeta | None:
+    """The ``[meta]`` table; None (with problems recorded) when it is invalid."""
+    schema = reader.int("schema", lo=1, default=SCHEMA_VERSION)
+    if schema is not None and schema > SCHEMA_VERSION:
+        reader.problem(
+            "schema", schema, f"this fi_patches reads schema {SCHEMA_VERSION}; upgrade fi_patches"
+        )
+    device = reader.str("device")
+    if device is not None and device != "*" and normalize_arch(device) is None:
+        reader.problem("device", device, "must be an arch such as 'sm_103', or '*' for any device")
+    spec_text = reader.str("flashinfer")
+    spec = None
+    if spec_text is not None:
+        try:
+            spec = parse_specifier(spec_text)
+        except ValueError as exc:
+            reader.problem("flashinfer", spec_text, str(exc))
+    note = reader.str("note", default="")
+    source = reader.str("source", default="")
+    reader.reject_unknown(("schema", "device", "flashinfer", "note", "source"))
+    if device is None or spec is None or schema is None:
+        return None
+    arch = device if device == "*" else normalize_arch(device)
+    if arch is None:
+        return None
+    return PinMeta(arch, spec, schema, note or "", source or "")
+
+
+@dataclass(frozen=True)
+class RowRangePin:
+    """A pin for the weight shape ``(n, k)`` at ``min_rows..max_rows`` activation rows."""
+
+    n: int
+    k: int
+    min_rows: int
+    max_rows: int
+    index: int
+
+    def covers(self, rows: int) -> bool:
+        return self.min_rows <= rows <= self.max_rows
+
+    @property
+    def rows_text(self) -> str:
+        if self.min_rows == self.max_rows:
+            return str(self.min_rows)
+        return f"{self.min_rows}..{self.max_rows}"
+
+
+@dataclass(frozen=True)
+class LowLatencyPin(RowRangePin):
+    """A ``cutedsl_low_latency`` tactic for MXFP8 problems of one weight shape and row range."""
+
+    tactic: LowLatencyTactic
+
+    def to_mapping(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "k": self.k,
+            "min_rows": self.min_rows,
+            "max_rows": self.max_rows,
+            "tactic": list(self.tactic),
+        }
+
+
+def _parse_low_latency(reader: FieldReader, index: int) -> LowLatencyPin | None:
+    n = reader.int("n", lo=1)
+    k = reader.int("k", lo=1)
+    min_rows = reader.int("min_rows", lo=1, hi=LOW_LATENCY_MAX_ROWS, default=1)
+    max_rows = reader.int("max_rows", lo=1, hi=LOW_LATENCY_MAX_ROWS)
+    tactic = reader.int_tuple("tactic", 4)
+    reader.reject_unknown(("n", "k", "min_rows", "max_rows", "tactic"))
+    if min_rows is not None and max_rows is not None and min_rows > max_rows:
+        reader.problem("min_rows", min_rows, f"must not exceed max_rows ({max_rows})")
+        return None
+    if None in (n, k, min_rows, max_rows, tactic):
+        return None
+    assert n is not None and k is not None and min_rows is not None and max_rows is not None
+    assert tactic is not None
+    return LowLatencyPin(
+        n, k, min_rows, max_rows, index, (tactic[0], tactic[1], tactic[2], tactic[3])
+    )
+
+
+def check_row_overlaps(
+    section: str, entries: Sequence[RowRangePin], source: str, problems: list[PinProblem]
+) -> None:
+    """Record a problem for every pair of entries of one weight shape whose row ranges overlap."""
+    by_shape: dict[tuple[int, int], list[RowRangePin]] = {}
+    for entry in entries:
+        by_shape.setdefault((entry.n, entry.k), []).append(entry)
+    for (n, k), group in by_shape.items():
+        group.sort(key=lambda e: (e.min_rows, e.max_rows))
+        for previous, current in itertools.pairwise(group):
+            if current.min_rows <= previous.max_rows:
+                problems.append(
+                    PinProblem(
+                        source,
+                        f"[[{section}]] #{current.index}",
+                        "min_rows",
+                        current.min_rows,
+                        f"rows {current.rows_text} overlap entry #{previous.index}'s rows "
+                        f"{previous.rows_text} for n={n} k={k}",
+                    )
+                )
+
+
+@dataclass(frozen=True)
+class Section:
+    """One array of pins: its name in the file, the feature that applies it, and its parser."""
+
+    name: str
+    feature: str
+    parse: Callable[[FieldReader, int], Any]
+    cross_check: Callable[[str, Sequence[Any], str, list[PinProblem]], None] | None = None
+
+
+SECTIONS: dict[str, Section] = {
+    "low_latency": Section("low_latency", "pinned_tactics", _parse_low_latency, check_row_overlaps),
+}

@@ -1,0 +1,86 @@
+"""Shared fixtures: a clean fi_patches state per test, the simulated sm_103 device, and skips
+that follow the compat matrix (a test needing a feature skips, with the reason, where the
+installed FlashInfer disables it)."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from fi_patches._logging import forget_logged
+from fi_patches.compat import refresh, status_of
+from fi_patches.pins.default import register_pins
+
+
+@pytest.fixture(autouse=True)
+def clean_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    for var in ("FI_PATCHES_DEVICE", "FI_PATCHES_PINS", "FI_PATCHES_ALLOW_UNVERIFIED"):
+        monkeypatch.delenv(var, raising=False)
+    refresh()
+    forget_logged()
+    register_pins(None)
+    yield
+    from fi_patches.pinning import stack
+
+    hooks = importlib.import_module("fi_patches.pinning.hooks")
+    assert hooks.installation.count == 0, "a test left the pinning wrappers installed"
+    assert stack.active_tables() == (), "a test left pin tables active"
+    register_pins(None)
+    refresh()
+
+
+def flashinfer_or_skip() -> Any:
+    """The real FlashInfer, or a skip naming why it does not import here."""
+    from fi_patches.compat.installed import installed_flashinfer
+
+    fi = installed_flashinfer()
+    if not fi.present:
+        pytest.skip("FlashInfer is not installed")
+    if fi.import_error:
+        pytest.skip(f"import flashinfer fails here ({fi.import_error})")
+    return importlib.import_module("flashinfer")
+
+
+@pytest.fixture
+def sm103(monkeypatch: pytest.MonkeyPatch) -> str:
+    """Target sm_103 (as on GB300) through FI_PATCHES_DEVICE."""
+    monkeypatch.setenv("FI_PATCHES_DEVICE", "sm_103")
+    refresh()
+    return "sm_103"
+
+
+def require_feature(name: str) -> None:
+    """Skip, with the compat layer's reason, unless feature ``name`` is enabled here."""
+    record = status_of(name)
+    if not record.enabled:
+        pytest.skip(f"{name} is disabled here: {record.reason}")
+
+
+@pytest.fixture
+def pinning(sm103: str) -> str:
+    """sm_103 with the real FlashInfer, skipping where ``pinned_tactics`` is disabled."""
+    flashinfer_or_skip()
+    require_feature("pinned_tactics")
+    return sm103
+
+
+@pytest.fixture
+def tuner(pinning: str) -> Iterator[Any]:
+    """FlashInfer's tuner singleton, with an empty cache before and after the test."""
+    from flashinfer.autotuner import AutoTuner
+
+    tuner = AutoTuner.get()
+    tuner.clear_cache()
+    yield tuner
+    tuner.clear_cache()
+
+
+@pytest.fixture
+def simulated(monkeypatch: pytest.MonkeyPatch, pinning: str) -> Any:
+    """The CPU simulation of an sm_103 device (see ``simulation.py``); returns the tuner spy."""
+    from tests import simulation
+
+    return simulation.install(monkeypatch)

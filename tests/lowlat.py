@@ -1,0 +1,98 @@
+"""Helpers around FlashInfer's real low-latency runner and tuner cache for the tests."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+import torch
+
+from fi_patches.pins import PinTable
+from tests.mxfp8_inputs import Mxfp8Problem
+
+LL_CLASS = "CutedslLowLatencyBlockscaledGemmRunner"
+SHAPE = (7168, 1536)
+OTHER_SHAPE = (1536, 7168)
+
+
+def gemm_base() -> Any:
+    return importlib.import_module("flashinfer.gemm.gemm_base")
+
+
+def factory() -> Any:
+    return gemm_base()._cutedsl_low_latency_blockscaled_gemm_runner
+
+
+def runner(sm: int = 103) -> Any:
+    return factory()(sm, True)
+
+
+def clear_factory_cache() -> None:
+    """Make the next factory call build a new runner (0.7.4 caches it; older releases don't)."""
+    clear = getattr(factory(), "cache_clear", None)
+    if clear is not None:
+        clear()
+
+
+def offered(r: Any, n: int, k: int, rows: int) -> list[tuple[int, ...]]:
+    return [tuple(t) for t in r.get_valid_tactics(Mxfp8Problem(n, k, rows).runner_inputs(), None)]
+
+
+def stock(n: int, k: int, rows: int) -> list[tuple[int, ...]]:
+    """FlashInfer's own enumeration for the problem (the runner's list without fi_patches)."""
+    import cutlass
+
+    module = importlib.import_module(
+        "flashinfer.gemm.kernels.cute_dsl.low_latency_blockscaled_gemm"
+    )
+    return [
+        tuple(t)
+        for t in module.autotune_tactics(
+            (n, rows, k, 1),
+            cutlass.Float8E4M3FN,
+            cutlass.Float8E4M3FN,
+            cutlass.Float8E8M0FNU,
+            32,
+            cutlass.BFloat16,
+        )
+    ]
+
+
+def non_split_alternative(n: int, k: int, rows: int, skip: int = 1) -> tuple[int, ...]:
+    """A valid split-K-free tactic that is not FlashInfer's default (its first tactic)."""
+    choices = [t for t in stock(n, k, rows)[1:] if t[3] == 1]
+    return choices[skip - 1]
+
+
+def table(*entries: dict[str, Any], device: str = "sm_103", source: str = "<test>") -> PinTable:
+    return PinTable.from_mapping(
+        {"meta": {"device": device, "flashinfer": ">=0.7.0"}, "low_latency": list(entries)},
+        source=source,
+    )
+
+
+def entry(n: int, k: int, lo: int, hi: int, tactic: tuple[int, ...]) -> dict[str, Any]:
+    return {"n": n, "k": k, "min_rows": lo, "max_rows": hi, "tactic": list(tactic)}
+
+
+def mm(flashinfer: Any, problem: Mxfp8Problem) -> BaseException:
+    """Call ``mm_mxfp8`` on the low-latency backend; on CPU it must fail at the launch."""
+    try:
+        flashinfer.mm_mxfp8(
+            *problem.mm_args(), out_dtype=torch.bfloat16, backend="cutedsl_low_latency"
+        )
+    except Exception as exc:
+        return exc
+    raise AssertionError("mm_mxfp8 launched a kernel on CPU")
+
+
+def cached_low_latency(tuner: Any, n: int, k: int) -> dict[int, Any]:
+    """The tuner's cached low-latency winners for weight ``(n, k)``: bucket rows -> tactic."""
+    found = {}
+    for key, value in tuner.profiling_cache.items():
+        if key.runner_class_name != LL_CLASS:
+            continue
+        shapes = key.nearest_profile
+        if tuple(shapes[1]) == (k, n):
+            found[int(shapes[0][0])] = tuple(value[0])
+    return found
