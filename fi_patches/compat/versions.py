@@ -26,10 +26,11 @@ def parse_specifier(text: str) -> SpecifierSet:
 def is_verified(version: Version, verified: SpecifierSet) -> bool:
     """Whether ``version`` is inside ``verified``.
 
-    Pre- and dev-releases are admitted only when the specifier names one itself
-    (``SpecifierSet`` semantics), and post-releases only when the bounds include them.
+    Pre- and dev-releases are admitted only when the specifier names one itself, whatever
+    the installed ``packaging``'s default (it changed across releases), and post-releases
+    only when the bounds include them.
     """
-    return verified.contains(version)
+    return verified.contains(version, prereleases=bool(verified.prereleases))
 
 
 def is_newer_than(version: Version, verified: SpecifierSet) -> bool:
@@ -37,4 +38,5 @@ def is_newer_than(version: Version, verified: SpecifierSet) -> bool:
     uppers = [Version(s.version) for s in verified if s.operator in ("<", "<=", "==", "===")]
     if not uppers:
         return False
-    return all(version > upper for upper in uppers)
+    public = Version(version.public)  # a local build label (+cu130) is not a newer release
+    return all(public > upper for upper in uppers)

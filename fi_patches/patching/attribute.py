@@ -1,32 +1,40 @@
-"""Replace one attribute with a wrapt ``FunctionWrapper`` and put the original object back."""
+"""Replace one attribute with a wrapper and put the exact original object back."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
-
-import wrapt
+from typing import Any, Protocol
 
 from fi_patches._logging import get_logger
 
 logger = get_logger(__name__)
 
-Wrapper = Callable[[Any, Any, tuple[Any, ...], dict[str, Any]], Any]
-"""wrapt's wrapper signature: ``(wrapped, instance, args, kwargs)``."""
+
+class Gate(Protocol):
+    """What a replacement consults on every call: False once its patch is reverted."""
+
+    active: bool
+
+
+Replacement = Callable[[Any, Gate], Callable[..., Any]]
+"""Builds the replacement from the original function and its patch's gate. On a hot path it
+is a plain function (one Python frame, no per-access binding object) that calls the original
+unchanged when ``gate.active`` is False: if something else wrapped the attribute after us and
+revert had to leave it in place, our layer is then a pass-through."""
 
 
 class AttributePatch:
-    """Wraps ``owner.name`` (a module or class attribute) with ``wrapper``.
+    """Replaces ``owner.name`` (a module or class attribute) with ``make(original)``.
 
     The original is read from ``owner.__dict__`` so a class's plain function, not a bound
     method, is kept and put back. If something else replaced the attribute after us, revert
-    leaves that object in place and our wrapper turns into a pass-through.
+    leaves that object in place and our layer turns into a pass-through.
     """
 
-    def __init__(self, owner: Any, name: str, wrapper: Wrapper) -> None:
+    def __init__(self, owner: Any, name: str, make: Replacement) -> None:
         self.owner = owner
         self.name = name
-        self.wrapper = wrapper
+        self.make = make
         self.active = False
         self._original: Any = None
         self._installed: Any = None
@@ -44,13 +52,7 @@ class AttributePatch:
         if self.name not in namespace:
             raise AttributeError(f"{self.describe()} is not defined on {self.owner!r} itself")
         self._original = namespace[self.name]
-
-        def gate(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-            if not self.active:
-                return wrapped(*args, **kwargs)
-            return self.wrapper(wrapped, instance, args, kwargs)
-
-        self._installed = wrapt.FunctionWrapper(self._original, gate)
+        self._installed = self.make(self._original, self)
         setattr(self.owner, self.name, self._installed)
         self.active = True
 
@@ -64,7 +66,7 @@ class AttributePatch:
         else:
             logger.warning(
                 "%s was replaced by another patch after fi_patches wrapped it; leaving it in place "
-                "(the fi_patches wrapper inside it is now a pass-through)",
+                "(the fi_patches layer inside it is now a pass-through)",
                 self.describe(),
             )
         self._installed = None

@@ -14,10 +14,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
-import wrapt
-
 from fi_patches._logging import get_logger, log_once
-from fi_patches.patching.attribute import Wrapper
+from fi_patches.patching.attribute import Replacement
 
 logger = get_logger(__name__)
 
@@ -110,13 +108,13 @@ class RunnerMethodPatch:
     """Wraps ``method`` of every subclass of ``base`` named ``class_name`` from ``module``."""
 
     def __init__(
-        self, base: type, module: str, class_name: str, method: str, wrapper: Wrapper
+        self, base: type, module: str, class_name: str, method: str, make: Replacement
     ) -> None:
         self.base = base
         self.module = module
         self.class_name = class_name
         self.method = method
-        self.wrapper = wrapper
+        self.make = make
         self.active = False
         self._patched: list[tuple[weakref.ref[type], Any, Any]] = []
 
@@ -154,11 +152,9 @@ class RunnerMethodPatch:
                     self.method,
                 )
                 return
-            if isinstance(original, wrapt.FunctionWrapper) and any(
-                installed is original for _, _, installed in self._patched
-            ):
+            if any(installed is original for _, _, installed in self._patched):
                 return
-            installed = wrapt.FunctionWrapper(original, self._gate)
+            installed = self.make(original, self)
             type.__setattr__(cls, self.method, installed)
             self._patched = [entry for entry in self._patched if entry[0]() is not None]
             self._patched.append((weakref.ref(cls), original, installed))

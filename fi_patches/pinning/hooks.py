@@ -13,6 +13,7 @@ Both fall back to FlashInfer's own behaviour on any surprise and log it once.
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections.abc import Sequence
@@ -22,6 +23,7 @@ from fi_patches._logging import get_logger, log_once
 from fi_patches.compat.device import Device
 from fi_patches.patching import AttributePatch, PatchSet, RunnerMethodPatch
 from fi_patches.pinning import stack
+from fi_patches.pinning.stack import _scope, current_index, find
 from fi_patches.pinning.targets import LOW_LATENCY, PINNED_RUNNERS, PinnedRunner
 
 logger = get_logger(__name__)
@@ -34,102 +36,163 @@ _offered: weakref.WeakKeyDictionary[type, dict[tuple[Any, ...], bool]] = weakref
 
 def _dtype_key(inputs: Sequence[Any]) -> tuple[Any, ...]:
     out_dtype = getattr(inputs[5], "dtype", None) if len(inputs) > 5 else None
-    return (*(getattr(x, "dtype", x) for x in inputs[:2]), out_dtype, len(inputs))
+    return (inputs[0].dtype, inputs[1].dtype, out_dtype, len(inputs))
 
 
-def _valid_tactics_wrapper(target: PinnedRunner) -> Any:
-    def wrapper(wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        tables = stack.active_tables()
-        if not tables:
-            return wrapped(*args, **kwargs)
-        try:
-            inputs = args[0] if args else kwargs["inputs"]
-            problem = target.problem(inputs, None)
-            entry = stack.lookup(tables, target.section, *problem) if problem else None
-        except Exception:
-            log_once(
-                logger,
-                30,
-                f"problem:{target.class_name}",
-                "fi_patches could not read the problem of %s inputs; offering the stock tactics",
-                target.class_name,
-                exc_info=True,
-            )
-            return wrapped(*args, **kwargs)
-        if entry is None:
-            return wrapped(*args, **kwargs)
-        pin = entry.tactic
-        key = (problem, _dtype_key(inputs), pin)
-        verdicts = _offered.setdefault(type(instance), {})
-        offered = verdicts.get(key)
-        if offered is None:
-            stock = wrapped(*args, **kwargs)
-            offered = pin in [target.normalize(t) for t in stock]
-            verdicts[key] = offered
-            if not offered:
+def _valid_tactics_replacement(target: PinnedRunner) -> Any:
+    """``make(original, gate)`` for the runner class's ``get_valid_tactics``."""
+    section, weight_inputs, problem_of = target.section, target.weight_inputs, target.problem
+
+    def make(original: Any, gate: Any) -> Any:
+        def stock(self: Any, inputs: Any, profile: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
+            if args or kwargs:
+                return original(self, inputs, profile, *args, **kwargs)
+            return original(self, inputs, profile)
+
+        @functools.wraps(original)
+        def get_valid_tactics(
+            self: Any, inputs: Any, profile: Any = None, *args: Any, **kwargs: Any
+        ) -> Any:
+            scope = _scope.get()
+            index = scope.with_process() if stack._process_tables else scope.index
+            shapes = index.get(section) if index is not None else None
+            if shapes is None or not gate.active:
+                if args or kwargs:
+                    return original(self, inputs, profile, *args, **kwargs)
+                return original(self, inputs, profile)
+            try:
+                form = weight_inputs.get(len(inputs))
+                if form is None:
+                    return stock(self, inputs, profile, args, kwargs)
+                weight = inputs[form[0]].shape
+                group = (shapes.by_kn if form[1] else shapes.by_nk).get(weight)
+                if group is None:
+                    return stock(self, inputs, profile, args, kwargs)
+                problem = problem_of(inputs, None)
+                entry = _covering(group, problem[2]) if problem else None
+            except Exception:
                 log_once(
                     logger,
                     30,
-                    f"notoffered:{target.class_name}:{key}",
-                    "pinned tactic %s (%s #%d) is not among the %d tactics FlashInfer's %s offers "
-                    "for n=%d k=%d rows=%d; offering the stock tactics",
-                    pin,
-                    entry.__class__.__name__,
-                    entry.index,
-                    len(stock),
+                    f"problem:{target.class_name}",
+                    "fi_patches could not read the problem of %s inputs; offering the stock "
+                    "tactics",
                     target.class_name,
-                    *problem,
+                    exc_info=True,
                 )
-                return stock
-        if not offered:
-            return wrapped(*args, **kwargs)
-        return [pin]
+                return stock(self, inputs, profile, args, kwargs)
+            if entry is None:
+                return stock(self, inputs, profile, args, kwargs)
+            return _offer(target, entry, problem, original, self, inputs, (profile, *args), kwargs)
 
-    return wrapper
+        return get_valid_tactics
+
+    return make
+
+
+def _covering(group: tuple[Any, ...], rows: int) -> Any:
+    for entry in group:
+        if entry.min_rows <= rows <= entry.max_rows:
+            return entry
+    return None
+
+
+def _offer(
+    target: PinnedRunner,
+    entry: Any,
+    problem: tuple[int, int, int],
+    original: Any,
+    runner: Any,
+    inputs: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> list[Any]:
+    """``[pin]`` when the runner's stock list offers it for this problem (checked once per
+    runner class and problem), else the stock list and a warning."""
+    pin = entry.tactic
+    key = (problem, _dtype_key(inputs), pin)
+    verdicts = _offered.get(type(runner))
+    if verdicts is None:
+        verdicts = _offered.setdefault(type(runner), {})
+    offered = verdicts.get(key)
+    if offered is None:
+        stock = original(runner, inputs, *args, **kwargs)
+        offered = pin in [target.normalize(t) for t in stock]
+        verdicts[key] = offered
+        if not offered:
+            log_once(
+                logger,
+                30,
+                f"notoffered:{target.class_name}:{key}",
+                "pinned tactic %s ([[%s]] #%d) is not among the %d tactics FlashInfer's %s "
+                "offers for n=%d k=%d rows=%d; offering the stock tactics",
+                pin,
+                target.section,
+                entry.index,
+                len(stock),
+                target.class_name,
+                *problem,
+            )
+            return list(stock)
+    if not offered:
+        return original(runner, inputs, *args, **kwargs)  # type: ignore[no-any-return]
+    return [pin]
 
 
 def _targets_by_class() -> dict[str, PinnedRunner]:
     return {t.class_name: t for t in PINNED_RUNNERS}
 
 
-def _search_cache_wrapper(
-    wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> Any:
-    result = wrapped(*args, **kwargs)
-    tables = stack.active_tables()
-    if not tables or not getattr(instance, "is_tuning_mode", False):
-        return result
-    try:
-        if not result[0]:
-            return result
-        runner_id, tactic = result[1], result[2]
-        runners = args[1] if len(args) > 1 else kwargs["runners"]
-        shapes = args[2] if len(args) > 2 else kwargs["input_shapes"]
-        inputs = args[4] if len(args) > 4 else kwargs.get("inputs")
-        runner = runners[runner_id]
-        target = _targets_by_class().get(type(runner).__name__)
-        if target is None or inputs is None or type(runner).__module__ != target.module:
-            return result
-        problem = target.problem(inputs, shapes)
-        entry = stack.lookup(tables, target.section, *problem) if problem else None
-        if entry is None or target.normalize(tactic) == entry.tactic:
-            return result
-    except Exception:
-        log_once(
-            logger,
-            30,
-            "search_cache",
-            "fi_patches could not inspect a tuner cache hit; keeping FlashInfer's result",
-            exc_info=True,
-        )
-        return result
+def _pinned_miss(result: Any, args: tuple[Any, ...], kwargs: dict[str, Any], index: Any) -> bool:
+    """Whether a tuner cache hit is a pinned problem's non-pinned tactic (to be re-tuned)."""
+    if not result[0]:
+        return False
+    runner_id, tactic = result[1], result[2]
+    runners = args[1] if len(args) > 1 else kwargs["runners"]
+    shapes = args[2] if len(args) > 2 else kwargs["input_shapes"]
+    inputs = args[4] if len(args) > 4 else kwargs.get("inputs")
+    runner = runners[runner_id]
+    target = _targets_by_class().get(type(runner).__name__)
+    if target is None or inputs is None or type(runner).__module__ != target.module:
+        return False
+    problem = target.problem(inputs, shapes)
+    entry = find(index, target.section, *problem) if problem else None
+    if entry is None or target.normalize(tactic) == entry.tactic:
+        return False
     logger.debug(
         "tuning: cached tactic %s for pinned n=%d k=%d rows=%d is not the pin %s; re-tuning",
         tactic,
         *problem,
         entry.tactic,
     )
-    return _MISS
+    return True
+
+
+def _search_cache_replacement(original: Any, gate: Any) -> Any:
+    """``AutoTuner.search_cache`` that, while tuning, misses on a pinned problem's stale hit."""
+
+    @functools.wraps(original)
+    def search_cache(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(self, *args, **kwargs)
+        if not self.is_tuning_mode or not gate.active:
+            return result
+        index = current_index()
+        if index is None:
+            return result
+        try:
+            if _pinned_miss(result, args, kwargs, index):
+                return _MISS
+        except Exception:
+            log_once(
+                logger,
+                30,
+                "search_cache",
+                "fi_patches could not inspect a tuner cache hit; keeping FlashInfer's result",
+                exc_info=True,
+            )
+        return result
+
+    return search_cache
 
 
 class _Installation:
@@ -150,11 +213,11 @@ class _Installation:
                 t.module,
                 t.class_name,
                 "get_valid_tactics",
-                _valid_tactics_wrapper(t),
+                _valid_tactics_replacement(t),
             )
             for t in PINNED_RUNNERS
         ]
-        patches.append(AttributePatch(AutoTuner, "search_cache", _search_cache_wrapper))
+        patches.append(AttributePatch(AutoTuner, "search_cache", _search_cache_replacement))
         return PatchSet(patches)
 
     def acquire(self) -> None:

@@ -26,6 +26,11 @@ class PinnedRunner:
     module: str
     class_name: str
     section: str
+    weight_inputs: dict[int, tuple[int, bool]]
+    """Per input-list length: which input holds the weight, and whether its shape reads
+    ``(k, n)`` (a column-major view) rather than ``(n, k)``. The hot path's one test is a dict
+    lookup of that tensor's ``shape``, since most problems are not pinned."""
+
     problem: Callable[[Sequence[Any], Shapes | None], Problem | None]
     """``(n, k, rows)`` of an MXFP8 call from the runner's inputs (``shapes`` override the
     tensors' shapes, as the tuner's cache lookups pass them), or None for other dtypes."""
@@ -73,7 +78,12 @@ def tuple_tactic(tactic: Any) -> Any:
 
 
 LOW_LATENCY = PinnedRunner(
-    GEMM_BASE, LOW_LATENCY_CLASS, "low_latency", low_latency_problem, tuple_tactic
+    GEMM_BASE,
+    LOW_LATENCY_CLASS,
+    "low_latency",
+    {7: (1, True), 9: (0, False)},  # mm_mxfp8's b is the (K, N) view; native A is (N, K)
+    low_latency_problem,
+    tuple_tactic,
 )
 
 PINNED_RUNNERS: tuple[PinnedRunner, ...] = (LOW_LATENCY,)

@@ -19,6 +19,9 @@ SCHEMA_VERSION = 1
 LOW_LATENCY_MAX_ROWS = 8
 """FlashInfer's low-latency runner serves at most 8 activation rows."""
 
+WIDE_MAX_TILE = 128
+"""The widest activation tile the low-latency kernel's body supports (see wide_tile.md)."""
+
 LowLatencyTactic = tuple[int, int, int, int]
 """``(cta_k, ab_stages, sfb_tmem_stages, split_k)``, as ``autotune_tactics`` lists them."""
 
@@ -129,6 +132,56 @@ def _parse_low_latency(reader: FieldReader, index: int) -> LowLatencyPin | None:
     )
 
 
+@dataclass(frozen=True)
+class WidePin:
+    """A tactic of the wide-tile low-latency kernel for one weight shape and activation tile."""
+
+    n: int
+    k: int
+    tile: int
+    tactic: LowLatencyTactic
+    index: int
+
+    def to_mapping(self) -> dict[str, Any]:
+        return {"n": self.n, "k": self.k, "tile": self.tile, "tactic": list(self.tactic)}
+
+
+def _parse_wide(reader: FieldReader, index: int) -> WidePin | None:
+    n = reader.int("n", lo=1)
+    k = reader.int("k", lo=1)
+    tile = reader.int("tile", lo=8, hi=WIDE_MAX_TILE)
+    tactic = reader.int_tuple("tactic", 4)
+    reader.reject_unknown(("n", "k", "tile", "tactic"))
+    if tile is not None and tile % 8:
+        reader.problem("tile", tile, "must be a multiple of 8")
+        return None
+    if n is None or k is None or tile is None or tactic is None:
+        return None
+    return WidePin(n, k, tile, (tactic[0], tactic[1], tactic[2], tactic[3]), index)
+
+
+def check_wide_duplicates(
+    section: str, entries: Sequence[WidePin], source: str, problems: list[PinProblem]
+) -> None:
+    """Record a problem for each ``(n, k, tile)`` pinned twice."""
+    seen: dict[tuple[int, int, int], WidePin] = {}
+    for entry in entries:
+        key = (entry.n, entry.k, entry.tile)
+        if key in seen:
+            problems.append(
+                PinProblem(
+                    source,
+                    f"[[{section}]] #{entry.index}",
+                    "tile",
+                    entry.tile,
+                    f"n={entry.n} k={entry.k} tile={entry.tile} is already pinned by entry "
+                    f"#{seen[key].index}",
+                )
+            )
+        else:
+            seen[key] = entry
+
+
 def check_row_overlaps(
     section: str, entries: Sequence[RowRangePin], source: str, problems: list[PinProblem]
 ) -> None:
@@ -164,4 +217,5 @@ class Section:
 
 SECTIONS: dict[str, Section] = {
     "low_latency": Section("low_latency", "pinned_tactics", _parse_low_latency, check_row_overlaps),
+    "wide": Section("wide", "wide_tile", _parse_wide, check_wide_duplicates),
 }

@@ -20,6 +20,7 @@ from fi_patches.pins.schema import (
     LowLatencyTactic,
     PinMeta,
     RowRangePin,
+    WidePin,
     parse_meta,
 )
 
@@ -36,6 +37,9 @@ class PinTable:
         self.source = source
         self.sections: dict[str, tuple[Any, ...]] = {
             name: tuple(sections.get(name, ())) for name in SECTIONS
+        }
+        self._wide: dict[tuple[int, int, int], WidePin] = {
+            (e.n, e.k, e.tile): e for e in self.sections.get("wide", ())
         }
         self._row_index: dict[str, dict[tuple[int, int], tuple[RowRangePin, ...]]] = {}
         for name, entries in self.sections.items():
@@ -173,6 +177,10 @@ class PinTable:
         """The pinned low-latency tactic for ``rows`` rows of the weight ``(n, k)``, if any."""
         entry = self.row_pin("low_latency", n, k, rows)
         return entry.tactic if isinstance(entry, LowLatencyPin) else None
+
+    def wide_pin(self, n: int, k: int, tile: int) -> WidePin | None:
+        """The ``[[wide]]`` entry for the weight ``(n, k)`` at activation tile ``tile``, if any."""
+        return self._wide.get((n, k, tile))
 
     def skip_reason(self, device: str | None, version: Version | None) -> str | None:
         """Why this table does not apply to ``device`` and FlashInfer ``version``, or None."""

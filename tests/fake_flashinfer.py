@@ -1,0 +1,183 @@
+"""FAULT INJECTION: write a small but real, importable ``flashinfer`` package into a temp dir.
+
+The healthy fake has just the internals fi_patches relies on, shaped as FlashInfer 0.7.x has
+them (a runner class built inside its factory, ``autotune_tactics``, the tuner's
+``search_cache``), so every probe and the self-check pass on it. Each fault breaks one thing,
+as a FlashInfer release might. Tests run fi_patches in a subprocess with the fake first on
+``PYTHONPATH``, so the real FlashInfer of the test environment is never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+FAULTS = (
+    "healthy",
+    "module_missing",
+    "autotune_tactics_renamed",
+    "autotune_tactics_signature",
+    "import_raises",
+    "runner_class_moved",
+    "runner_method_per_instance",
+)
+
+_TUNER = '''
+from abc import ABC, abstractmethod
+
+
+class TunableRunner(ABC):
+    @abstractmethod
+    def get_valid_tactics(self, inputs, profile):
+        return [-1]
+
+    def get_cache_key_extras(self, inputs):
+        return ()
+
+    def __call__(self, inputs, **kwargs):
+        return self.forward(inputs, **kwargs)
+
+    @abstractmethod
+    def forward(self, inputs, tactic=-1, do_preparation=False, **kwargs):
+        raise NotImplementedError
+
+
+class AutoTuner:
+    _instance = None
+
+    def __init__(self):
+        self.is_tuning_mode = False
+
+    @classmethod
+    def get(cls):
+        if cls._instance is None:
+            cls._instance = cls()
+        return cls._instance
+
+    def search_cache(self, custom_op, runners, input_shapes, tuning_config, inputs=None):
+        return False, 0, -1, None
+'''
+
+_ENUMERATOR = '''
+TACTICS = [(128, 8, 1, 1), (128, 8, 1, 2), (256, 4, 1, 1)]
+
+
+def {name}({params}):
+    return list(TACTICS)
+'''
+
+_GEMM_BASE = '''
+from types import SimpleNamespace
+
+from flashinfer.autotuner import TunableRunner
+
+
+def _bucket(rows):
+    return 1 << (rows - 1).bit_length()
+
+
+_MM_MXFP8_CUTE_DSL_TUNING_CONFIG = SimpleNamespace(
+    dynamic_tensor_specs=(SimpleNamespace(map_to_tuning_buckets=_bucket),)
+)
+
+{factory}
+'''
+
+_FACTORY_NESTED = '''
+def _cutedsl_low_latency_blockscaled_gemm_runner(sm_version, enable_pdl):
+    from flashinfer.gemm.kernels.cute_dsl.low_latency_blockscaled_gemm import autotune_tactics
+
+    class CutedslLowLatencyBlockscaledGemmRunner(TunableRunner):
+        {init}
+        def get_cache_key_extras(self, inputs):
+            return (enable_pdl,)
+
+        def get_valid_tactics(self, inputs, profile):
+            a, b = inputs[0], inputs[1]
+            return autotune_tactics((b.shape[1], a.shape[0], a.shape[1], 1), None, None, None, 32, None)
+
+        def forward(self, inputs, tactic=-1, do_preparation=False, **kwargs):
+            raise RuntimeError("the fake FlashInfer has no kernels")
+
+    return CutedslLowLatencyBlockscaledGemmRunner()
+'''
+
+_PER_INSTANCE_INIT = '''def __init__(self):
+            # Looked up on the instance, so a class-level patch cannot reach it.
+            self.get_valid_tactics = lambda inputs, profile: [(128, 8, 1, 1), (128, 8, 1, 2)]
+'''
+
+_FACTORY_MODULE_CLASS = '''
+class LowLatencyRunner(TunableRunner):
+    def get_valid_tactics(self, inputs, profile):
+        return [(128, 8, 1, 1)]
+
+    def forward(self, inputs, tactic=-1, do_preparation=False, **kwargs):
+        raise RuntimeError("the fake FlashInfer has no kernels")
+
+
+def _cutedsl_low_latency_blockscaled_gemm_runner(sm_version, enable_pdl):
+    return LowLatencyRunner()
+'''
+
+
+def write_fake(root: Path, fault: str = "healthy", version: str = "0.7.4") -> Path:
+    """Write the fake package with ``fault`` under ``root``; returns the dir for PYTHONPATH."""
+    if fault not in FAULTS:
+        raise ValueError(f"unknown fault {fault!r}")
+    pkg = root / "flashinfer"
+    files: dict[str, str] = {
+        "__init__.py": f'__version__ = "{version}"\n',
+        "autotuner/__init__.py": _TUNER,
+        "gemm/__init__.py": "",
+        "gemm/kernels/__init__.py": "",
+        "gemm/kernels/cute_dsl/__init__.py": "",
+    }
+    if fault == "import_raises":
+        files["__init__.py"] += 'raise RuntimeError("CUDA driver library libcuda.so.1 not found")\n'
+    name, params = "autotune_tactics", (
+        "problem_sizes_mnkl, a_dtype, b_dtype, sf_dtype, sf_vec_size, c_dtype"
+    )
+    if fault == "autotune_tactics_renamed":
+        name = "enumerate_tactics"
+    if fault == "autotune_tactics_signature":
+        params = "problem, dtypes"
+    if fault != "module_missing":
+        files["gemm/kernels/cute_dsl/low_latency_blockscaled_gemm.py"] = _ENUMERATOR.format(
+            name=name, params=params
+        )
+    if fault == "runner_class_moved":
+        factory = _FACTORY_MODULE_CLASS
+    else:
+        init = _PER_INSTANCE_INIT if fault == "runner_method_per_instance" else ""
+        factory = _FACTORY_NESTED.format(init=init)
+    files["gemm/gemm_base.py"] = _GEMM_BASE.format(factory=factory)
+    for relative, text in files.items():
+        path = pkg / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(text))
+    dist = root / f"flashinfer_python-{version}.dist-info"
+    dist.mkdir(parents=True, exist_ok=True)
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: flashinfer-python\nVersion: {version}\n")
+    return root
+
+
+def run_fi_patches(
+    args: list[str], pythonpath: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python -m fi_patches ARGS`` in a subprocess, with ``pythonpath`` first on the path."""
+    child = {k: v for k, v in os.environ.items() if not k.startswith("FI_PATCHES_")}
+    child.update(env or {})
+    if pythonpath is not None:
+        child["PYTHONPATH"] = os.pathsep.join([str(pythonpath), child.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, "-m", "fi_patches", *args],
+        capture_output=True,
+        text=True,
+        env=child,
+        timeout=300,
+        check=False,
+    )

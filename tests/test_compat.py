@@ -1,0 +1,149 @@
+"""The compat layer's pieces: version gates, device detection, probes, status and doctor."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+import fi_patches
+from fi_patches.cli import main
+from fi_patches.compat.device import current_device, normalize_arch
+from fi_patches.compat.probes import AttributeProbe, CallableProbe, FactoryClassProbe, ModuleProbe
+from fi_patches.compat.versions import is_newer_than, is_verified, parse_specifier
+from tests.conftest import flashinfer_or_skip
+
+VERIFIED = SpecifierSet(">=0.7.0,<=0.7.4")
+
+
+@pytest.mark.parametrize(
+    ("version", "verified", "newer"),
+    [
+        ("0.7.0", True, False),
+        ("0.7.2.post1", True, False),
+        ("0.7.4", True, False),
+        ("0.7.4+cu130", True, False),
+        ("0.7.4rc1", False, False),
+        ("0.7.4.post1", False, True),
+        ("0.7.5rc1", False, True),
+        ("0.7.5", False, True),
+        ("0.6.18.post1", False, False),
+        ("0.7.4.dev3", False, False),
+    ],
+)
+def test_verified_range_is_prerelease_aware(version, verified, newer):
+    assert is_verified(Version(version), VERIFIED) is verified
+    assert is_newer_than(Version(version), VERIFIED) is newer
+
+
+def test_a_specifier_naming_a_prerelease_admits_it():
+    assert is_verified(Version("0.8.0rc2"), SpecifierSet(">=0.8.0rc1,<0.9"))
+    with pytest.raises(ValueError, match="'0.7' is not a version specifier"):
+        parse_specifier("0.7")
+
+
+@pytest.mark.parametrize(
+    ("text", "arch"),
+    [("sm_103", "sm_103"), ("SM103", "sm_103"), ("sm_100a", "sm_100"), ("sm_90", "sm_90"), ("blackwell", None), ("103", None)],
+)
+def test_arch_names(text, arch):
+    assert normalize_arch(text) == arch
+
+
+def test_device_env_overrides_and_rejects_nonsense(monkeypatch):
+    monkeypatch.setenv("FI_PATCHES_DEVICE", "sm_103a")
+    device = current_device()
+    assert (device.arch, device.sm_version, device.source) == ("sm_103", 103, "env")
+    monkeypatch.setenv("FI_PATCHES_DEVICE", "b200")
+    device = current_device()
+    assert device.arch is None and "FI_PATCHES_DEVICE='b200' is not an arch" in device.detail
+    monkeypatch.delenv("FI_PATCHES_DEVICE")
+    device = current_device()
+    assert device.arch is None and device.detail == "no CUDA device"  # CPU-only torch here
+
+
+def test_probes_against_the_real_flashinfer():
+    flashinfer_or_skip()
+    base = "flashinfer.gemm.gemm_base"
+    assert ModuleProbe(base).check() is None
+    assert "is not importable (ModuleNotFoundError" in ModuleProbe("flashinfer.not_a_module").check()
+    assert CallableProbe(base, "mm_mxfp8", ("a", "b", "a_descale", "b_descale")).check() is None
+    changed = CallableProbe(base, "mm_mxfp8", ("a", "weight")).check()
+    assert changed.startswith(f"{base}.mm_mxfp8 changed signature: expected (a, weight, ...), found (a, b,")
+    assert "is missing (AttributeError" in CallableProbe(base, "mm_mxfp9").check()
+    assert "is not callable" in CallableProbe(base, "DEFAULT_WORKSPACE_SIZE").check()
+    assert AttributeProbe(base, "DEFAULT_WORKSPACE_SIZE").check() is None
+    assert CallableProbe("flashinfer.autotuner", "AutoTuner.search_cache", ("custom_op",)).check() is None
+    probe = FactoryClassProbe(base, "_cutedsl_low_latency_blockscaled_gemm_runner", "NoSuchRunner")
+    assert "no longer defines class NoSuchRunner" in probe.check()
+    method = FactoryClassProbe(
+        base, "_cutedsl_low_latency_blockscaled_gemm_runner", "CutedslLowLatencyBlockscaledGemmRunner", ("tune",)
+    )
+    assert "no longer defines tune" in method.check()
+
+
+def test_status_has_one_record_per_feature_with_the_fields():
+    records = fi_patches.status()
+    assert [r.name for r in records][0] == "pinned_tactics"
+    for record in records:
+        data = record.to_dict()
+        assert set(data) >= {"name", "enabled", "reason", "flashinfer", "device", "probes", "pins"}
+        assert data["reason"].endswith(".")
+
+
+def test_status_enabled_on_simulated_sm103(sm103):
+    flashinfer_or_skip()
+    record = {r.name: r for r in fi_patches.status()}["pinned_tactics"]
+    if record.flashinfer in ("0.7.0", "0.7.0.post1"):
+        pytest.skip("import flashinfer fails on CPU for this release")
+    assert record.enabled, record.reason
+    assert record.device == "sm_103"
+    assert record.pins == "no pins (FI_PATCHES_PINS unset and none registered)"
+
+
+def test_status_reports_a_bad_pins_file(sm103, tmp_path, monkeypatch):
+    path = tmp_path / "pins.toml"
+    path.write_text("[meta]\ndevice = 'sm_103'\n")
+    monkeypatch.setenv("FI_PATCHES_PINS", str(path))
+    record = {r.name: r for r in fi_patches.status()}["pinned_tactics"]
+    assert record.pins == f"FI_PATCHES_PINS is invalid: {path}: [meta]: flashinfer = None: is required"
+
+
+def test_status_reports_a_table_chosen_on_another_device(sm103, tmp_path, monkeypatch):
+    flashinfer_or_skip()
+    path = tmp_path / "pins.toml"
+    path.write_text(
+        "[meta]\ndevice = 'sm_100'\nflashinfer = '>=0.7'\n"
+        "[[low_latency]]\nn = 7168\nk = 1536\nmin_rows = 5\nmax_rows = 8\ntactic = [128, 8, 1, 1]\n"
+    )
+    monkeypatch.setenv("FI_PATCHES_PINS", str(path))
+    record = {r.name: r for r in fi_patches.status()}["pinned_tactics"]
+    assert record.pins == (
+        f"1 low_latency pins from {path} skipped: pins in {path} were chosen on sm_100; "
+        "this device is sm_103"
+    )
+
+
+def test_doctor_prints_a_table_and_json_and_exits_zero(capsys):
+    assert main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    header = out.splitlines()[0].split()
+    assert header == ["feature", "state", "flashinfer", "device", "reason"]
+    assert "pinned_tactics" in out
+    assert main(["doctor", "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)
+    assert {r["name"] for r in records} >= {"pinned_tactics"}
+    assert all(isinstance(r["enabled"], bool) and r["reason"] for r in records)
+
+
+def test_import_fi_patches_imports_neither_torch_nor_flashinfer():
+    code = (
+        "import sys, fi_patches; "
+        "print(sorted(m for m in ('torch', 'flashinfer', 'cutlass') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

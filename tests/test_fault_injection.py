@@ -1,0 +1,128 @@
+"""Broken or missing FlashInfer internals disable the feature with the right reason, and
+fi_patches itself never raises (FAULT INJECTION: a fake FlashInfer in a temp dir)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fake_flashinfer import run_fi_patches, write_fake
+
+
+def doctor(tmp_path: Path, fault: str, version: str = "0.7.4", **env: str) -> dict:
+    root = write_fake(tmp_path / fault, fault, version)
+    result = run_fi_patches(["doctor", "--json"], root, {"FI_PATCHES_DEVICE": "sm_103", **env})
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr, result.stderr
+    records = {r["name"]: r for r in json.loads(result.stdout)}
+    record = records["pinned_tactics"]
+    assert record["flashinfer"] == version
+    assert record["device"] == "sm_103"
+    return record
+
+
+def test_the_healthy_fake_passes_every_probe_and_the_self_check(tmp_path):
+    record = doctor(tmp_path, "healthy")
+    assert record["enabled"], record["reason"]
+    assert all(p["ok"] for p in record["probes"])
+
+
+@pytest.mark.parametrize(
+    ("fault", "reason"),
+    [
+        (
+            "module_missing",
+            "lacks an internal it needs: flashinfer.gemm.kernels.cute_dsl.low_latency_blockscaled_gemm "
+            "is not importable (ModuleNotFoundError",
+        ),
+        (
+            "autotune_tactics_renamed",
+            "low_latency_blockscaled_gemm.autotune_tactics is missing (AttributeError",
+        ),
+        (
+            "autotune_tactics_signature",
+            "autotune_tactics changed signature: expected (problem_sizes_mnkl, a_dtype, b_dtype, "
+            "sf_dtype, sf_vec_size, c_dtype, ...), found (problem, dtypes)",
+        ),
+        (
+            "import_raises",
+            "import flashinfer failed (RuntimeError: CUDA driver library libcuda.so.1 not found), "
+            "so every patch is off.",
+        ),
+        (
+            "runner_class_moved",
+            "_cutedsl_low_latency_blockscaled_gemm_runner no longer defines class "
+            "CutedslLowLatencyBlockscaledGemmRunner (FlashInfer changed how it binds this runner)",
+        ),
+        (
+            "runner_method_per_instance",
+            "self-check failed on FlashInfer 0.7.4: with (128, 8, 1, 2) pinned the real runner "
+            "offered 2 tactics, so the patch does not reach it",
+        ),
+    ],
+)
+def test_a_fault_disables_the_feature_with_its_reason(tmp_path, fault, reason):
+    record = doctor(tmp_path, fault)
+    assert not record["enabled"]
+    assert reason in record["reason"], record["reason"]
+
+
+def test_a_newer_release_is_disabled_unless_allowed(tmp_path):
+    record = doctor(tmp_path, "healthy", version="0.7.5")
+    assert not record["enabled"]
+    assert "0.7.5 is newer than the verified range" in record["reason"]
+    assert "all 7 probes pass; set FI_PATCHES_ALLOW_UNVERIFIED=1" in record["reason"]
+    allowed = doctor(tmp_path / "allowed", "healthy", version="0.7.5", FI_PATCHES_ALLOW_UNVERIFIED="1")
+    assert allowed["enabled"]
+    assert "unverified" in allowed["reason"] and "FI_PATCHES_ALLOW_UNVERIFIED=1" in allowed["reason"]
+
+
+@pytest.mark.parametrize(("version", "where"), [("0.7.5rc1", "newer than"), ("0.7.4rc1", "outside")])
+def test_prereleases_are_not_the_release(tmp_path, version, where):
+    record = doctor(tmp_path, "healthy", version=version)
+    assert not record["enabled"]
+    assert f"{version} is {where} the verified range" in record["reason"]
+
+
+def test_an_unverified_release_with_a_broken_internal_stays_disabled_when_allowed(tmp_path):
+    record = doctor(
+        tmp_path, "autotune_tactics_renamed", version="0.8.0", FI_PATCHES_ALLOW_UNVERIFIED="1"
+    )
+    assert not record["enabled"]
+    assert "autotune_tactics is missing" in record["reason"]
+
+
+def _isolated_site(root: Path, packages: list[str]) -> Path:
+    """A directory holding only ``packages`` (links to the installed ones): no FlashInfer, no torch."""
+    import importlib.util
+
+    site = root / "site"
+    site.mkdir(parents=True)
+    for name in packages:
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.submodule_search_locations
+        os.symlink(list(spec.submodule_search_locations)[0], site / name)
+    return site
+
+
+def test_without_flashinfer_fi_patches_imports_and_reports(tmp_path):
+    site = _isolated_site(tmp_path, ["fi_patches", "wrapt", "packaging"])
+    code = (
+        "import sys; sys.path[:] = [p for p in sys.path if 'site-packages' not in p]; "
+        f"sys.path.insert(0, {str(site)!r}); "
+        "import fi_patches.cli; raise SystemExit(fi_patches.cli.main(['doctor', '--json']))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    record = json.loads(result.stdout)[0]
+    assert not record["enabled"]
+    assert record["reason"] == "FlashInfer (flashinfer-python) is not installed."
+    assert record["flashinfer"] == "not installed"
+    assert record["device"].startswith("none (torch is not importable")
