@@ -24,9 +24,9 @@ def clean_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     register_pins(None)
     yield
     from fi_patches.pinning import stack
+    from fi_patches.pinning.installation import installed_count
 
-    hooks = importlib.import_module("fi_patches.pinning.hooks")
-    assert hooks.installation.count == 0, "a test left the pinning wrappers installed"
+    assert installed_count() == 0, "a test left the pinning wrappers installed"
     assert stack.active_tables() == (), "a test left pin tables active"
     register_pins(None)
     refresh()

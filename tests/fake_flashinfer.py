@@ -25,7 +25,7 @@ FAULTS = (
     "runner_method_per_instance",
 )
 
-_TUNER = '''
+_TUNER = """
 from abc import ABC, abstractmethod
 
 
@@ -59,17 +59,17 @@ class AutoTuner:
 
     def search_cache(self, custom_op, runners, input_shapes, tuning_config, inputs=None):
         return False, 0, -1, None
-'''
+"""
 
-_ENUMERATOR = '''
+_ENUMERATOR = """
 TACTICS = [(128, 8, 1, 1), (128, 8, 1, 2), (256, 4, 1, 1)]
 
 
 def {name}({params}):
     return list(TACTICS)
-'''
+"""
 
-_GEMM_BASE = '''
+_GEMM_BASE = """
 from types import SimpleNamespace
 
 from flashinfer.autotuner import TunableRunner
@@ -84,9 +84,9 @@ _MM_MXFP8_CUTE_DSL_TUNING_CONFIG = SimpleNamespace(
 )
 
 {factory}
-'''
+"""
 
-_FACTORY_NESTED = '''
+_FACTORY_NESTED = """
 def _cutedsl_low_latency_blockscaled_gemm_runner(sm_version, enable_pdl):
     from flashinfer.gemm.kernels.cute_dsl.low_latency_blockscaled_gemm import autotune_tactics
 
@@ -103,14 +103,14 @@ def _cutedsl_low_latency_blockscaled_gemm_runner(sm_version, enable_pdl):
             raise RuntimeError("the fake FlashInfer has no kernels")
 
     return CutedslLowLatencyBlockscaledGemmRunner()
-'''
+"""
 
-_PER_INSTANCE_INIT = '''def __init__(self):
+_PER_INSTANCE_INIT = """def __init__(self):
             # Looked up on the instance, so a class-level patch cannot reach it.
             self.get_valid_tactics = lambda inputs, profile: [(128, 8, 1, 1), (128, 8, 1, 2)]
-'''
+"""
 
-_FACTORY_MODULE_CLASS = '''
+_FACTORY_MODULE_CLASS = """
 class LowLatencyRunner(TunableRunner):
     def get_valid_tactics(self, inputs, profile):
         return [(128, 8, 1, 1)]
@@ -121,7 +121,7 @@ class LowLatencyRunner(TunableRunner):
 
 def _cutedsl_low_latency_blockscaled_gemm_runner(sm_version, enable_pdl):
     return LowLatencyRunner()
-'''
+"""
 
 
 def write_fake(root: Path, fault: str = "healthy", version: str = "0.7.4") -> Path:
@@ -138,8 +138,9 @@ def write_fake(root: Path, fault: str = "healthy", version: str = "0.7.4") -> Pa
     }
     if fault == "import_raises":
         files["__init__.py"] += 'raise RuntimeError("CUDA driver library libcuda.so.1 not found")\n'
-    name, params = "autotune_tactics", (
-        "problem_sizes_mnkl, a_dtype, b_dtype, sf_dtype, sf_vec_size, c_dtype"
+    name, params = (
+        "autotune_tactics",
+        ("problem_sizes_mnkl, a_dtype, b_dtype, sf_dtype, sf_vec_size, c_dtype"),
     )
     if fault == "autotune_tactics_renamed":
         name = "enumerate_tactics"
@@ -161,7 +162,9 @@ def write_fake(root: Path, fault: str = "healthy", version: str = "0.7.4") -> Pa
         path.write_text(textwrap.dedent(text))
     dist = root / f"flashinfer_python-{version}.dist-info"
     dist.mkdir(parents=True, exist_ok=True)
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: flashinfer-python\nVersion: {version}\n")
+    (dist / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: flashinfer-python\nVersion: {version}\n"
+    )
     return root
 
 

@@ -2,7 +2,9 @@
 
 Only device-only helpers are replaced, each with the smallest stand-in:
 
-* ``get_compute_capability`` answers ``(10, 3)`` (the CPU has none);
+* ``get_compute_capability`` answers ``(10, 3)`` (the CPU has none), and
+  ``torch.cuda.get_device_properties`` describes a 148-SM sm_103 device (the cute-dsl runner
+  reads the SM count to list its prefetch tactics);
 * ``mm_mxfp8``'s workspace helper returns a CPU buffer (it allocates on the current CUDA device);
 * ``torch.cuda.is_current_stream_capturing`` answers False (CPU torch raises);
 * ``AutoTuner._get_l2_cache_size_in_bytes`` answers 0, so the cold-L2 input rotation of
@@ -25,6 +27,20 @@ import pytest
 import torch
 
 SIMULATED_CAPABILITY = (10, 3)
+SIMULATED_SM_COUNT = 148
+
+
+@dataclasses.dataclass(frozen=True)
+class SimulatedProperties:
+    name: str = "SIMULATED sm_103 (fi_patches tests)"
+    major: int = 10
+    minor: int = 3
+    multi_processor_count: int = SIMULATED_SM_COUNT
+    total_memory: int = 288 * 2**30
+    L2_cache_size: int = 126 * 2**20
+
+
+SIMULATED_PROPERTIES = SimulatedProperties()
 
 
 @dataclasses.dataclass
@@ -72,6 +88,11 @@ def install(monkeypatch: pytest.MonkeyPatch) -> TunerSpy:
     for module in (fi_utils, gemm_base):
         if hasattr(module, "get_compute_capability"):
             monkeypatch.setattr(module, "get_compute_capability", capability)
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda *a, **k: SIMULATED_PROPERTIES)
+    for module in (fi_utils, gemm_base):
+        if hasattr(module, "get_device_sm_count"):
+            monkeypatch.setattr(module, "get_device_sm_count", lambda device: SIMULATED_SM_COUNT)
 
     buffers: dict[tuple[str, int], torch.Tensor] = {}
 

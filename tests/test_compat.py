@@ -48,7 +48,14 @@ def test_a_specifier_naming_a_prerelease_admits_it():
 
 @pytest.mark.parametrize(
     ("text", "arch"),
-    [("sm_103", "sm_103"), ("SM103", "sm_103"), ("sm_100a", "sm_100"), ("sm_90", "sm_90"), ("blackwell", None), ("103", None)],
+    [
+        ("sm_103", "sm_103"),
+        ("SM103", "sm_103"),
+        ("sm_100a", "sm_100"),
+        ("sm_90", "sm_90"),
+        ("blackwell", None),
+        ("103", None),
+    ],
 )
 def test_arch_names(text, arch):
     assert normalize_arch(text) == arch
@@ -70,18 +77,28 @@ def test_probes_against_the_real_flashinfer():
     flashinfer_or_skip()
     base = "flashinfer.gemm.gemm_base"
     assert ModuleProbe(base).check() is None
-    assert "is not importable (ModuleNotFoundError" in ModuleProbe("flashinfer.not_a_module").check()
+    assert (
+        "is not importable (ModuleNotFoundError" in ModuleProbe("flashinfer.not_a_module").check()
+    )
     assert CallableProbe(base, "mm_mxfp8", ("a", "b", "a_descale", "b_descale")).check() is None
     changed = CallableProbe(base, "mm_mxfp8", ("a", "weight")).check()
-    assert changed.startswith(f"{base}.mm_mxfp8 changed signature: expected (a, weight, ...), found (a, b,")
+    assert changed.startswith(
+        f"{base}.mm_mxfp8 changed signature: expected (a, weight, ...), found (a, b,"
+    )
     assert "is missing (AttributeError" in CallableProbe(base, "mm_mxfp9").check()
     assert "is not callable" in CallableProbe(base, "DEFAULT_WORKSPACE_SIZE").check()
     assert AttributeProbe(base, "DEFAULT_WORKSPACE_SIZE").check() is None
-    assert CallableProbe("flashinfer.autotuner", "AutoTuner.search_cache", ("custom_op",)).check() is None
+    assert (
+        CallableProbe("flashinfer.autotuner", "AutoTuner.search_cache", ("custom_op",)).check()
+        is None
+    )
     probe = FactoryClassProbe(base, "_cutedsl_low_latency_blockscaled_gemm_runner", "NoSuchRunner")
     assert "no longer defines class NoSuchRunner" in probe.check()
     method = FactoryClassProbe(
-        base, "_cutedsl_low_latency_blockscaled_gemm_runner", "CutedslLowLatencyBlockscaledGemmRunner", ("tune",)
+        base,
+        "_cutedsl_low_latency_blockscaled_gemm_runner",
+        "CutedslLowLatencyBlockscaledGemmRunner",
+        ("tune",),
     )
     assert "no longer defines tune" in method.check()
 
@@ -110,7 +127,9 @@ def test_status_reports_a_bad_pins_file(sm103, tmp_path, monkeypatch):
     path.write_text("[meta]\ndevice = 'sm_103'\n")
     monkeypatch.setenv("FI_PATCHES_PINS", str(path))
     record = {r.name: r for r in fi_patches.status()}["pinned_tactics"]
-    assert record.pins == f"FI_PATCHES_PINS is invalid: {path}: [meta]: flashinfer = None: is required"
+    assert (
+        record.pins == f"FI_PATCHES_PINS is invalid: {path}: [meta]: flashinfer = None: is required"
+    )
 
 
 def test_status_reports_a_table_chosen_on_another_device(sm103, tmp_path, monkeypatch):
@@ -145,5 +164,7 @@ def test_import_fi_patches_imports_neither_torch_nor_flashinfer():
         "import sys, fi_patches; "
         "print(sorted(m for m in ('torch', 'flashinfer', 'cutlass') if m in sys.modules))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.strip() == "[]"

@@ -77,12 +77,18 @@ def test_a_newer_release_is_disabled_unless_allowed(tmp_path):
     assert not record["enabled"]
     assert "0.7.5 is newer than the verified range" in record["reason"]
     assert "all 7 probes pass; set FI_PATCHES_ALLOW_UNVERIFIED=1" in record["reason"]
-    allowed = doctor(tmp_path / "allowed", "healthy", version="0.7.5", FI_PATCHES_ALLOW_UNVERIFIED="1")
+    allowed = doctor(
+        tmp_path / "allowed", "healthy", version="0.7.5", FI_PATCHES_ALLOW_UNVERIFIED="1"
+    )
     assert allowed["enabled"]
-    assert "unverified" in allowed["reason"] and "FI_PATCHES_ALLOW_UNVERIFIED=1" in allowed["reason"]
+    assert (
+        "unverified" in allowed["reason"] and "FI_PATCHES_ALLOW_UNVERIFIED=1" in allowed["reason"]
+    )
 
 
-@pytest.mark.parametrize(("version", "where"), [("0.7.5rc1", "newer than"), ("0.7.4rc1", "outside")])
+@pytest.mark.parametrize(
+    ("version", "where"), [("0.7.5rc1", "newer than"), ("0.7.4rc1", "outside")]
+)
 def test_prereleases_are_not_the_release(tmp_path, version, where):
     record = doctor(tmp_path, "healthy", version=version)
     assert not record["enabled"]

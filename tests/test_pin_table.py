@@ -77,8 +77,14 @@ def test_missing_file_and_unknown_suffix(tmp_path):
         ({"k": True}, "[[low_latency]] #1: k = True: must be an integer, not bool"),
         ({"max_rows": 9}, "[[low_latency]] #1: max_rows = 9: must be between 1 and 8"),
         ({"min_rows": 0}, "[[low_latency]] #1: min_rows = 0: must be between 1 and 8"),
-        ({"min_rows": 6, "max_rows": 5}, "[[low_latency]] #1: min_rows = 6: must not exceed max_rows (5)"),
-        ({"tactic": [128, 8, 1]}, "[[low_latency]] #1: tactic = [128, 8, 1]: must be a list of 4 integers"),
+        (
+            {"min_rows": 6, "max_rows": 5},
+            "[[low_latency]] #1: min_rows = 6: must not exceed max_rows (5)",
+        ),
+        (
+            {"tactic": [128, 8, 1]},
+            "[[low_latency]] #1: tactic = [128, 8, 1]: must be a list of 4 integers",
+        ),
         ({"tactic": [128, 8, 1, "1"]}, "tactic = [128, 8, 1, '1']: must be a list of 4 integers"),
         ({"split_k": 2}, "[[low_latency]] #1: split_k = 2: is not a known field"),
     ],
@@ -97,7 +103,10 @@ def test_missing_required_fields():
 
 def test_overlapping_row_ranges_of_one_shape_are_rejected():
     found = problems(
-        {"meta": META, "low_latency": [entry(min_rows=1, max_rows=4), entry(min_rows=3, max_rows=8)]}
+        {
+            "meta": META,
+            "low_latency": [entry(min_rows=1, max_rows=4), entry(min_rows=3, max_rows=8)],
+        }
     )
     assert found == [
         "<test>: [[low_latency]] #2: min_rows = 3: rows 3..8 overlap entry #1's rows 1..4 "
@@ -111,7 +120,9 @@ def test_overlapping_row_ranges_of_one_shape_are_rejected():
 
 def test_meta_is_required_and_checked():
     assert problems({"low_latency": []}) == ["<test>: [meta]: is required (device and flashinfer)"]
-    found = problems({"meta": {"device": "hopper", "flashinfer": "0.7.4!", "schema": 2, "color": 1}})
+    found = problems(
+        {"meta": {"device": "hopper", "flashinfer": "0.7.4!", "schema": 2, "color": 1}}
+    )
     assert any("device = 'hopper': must be an arch such as 'sm_103'" in p for p in found)
     assert any("flashinfer = '0.7.4!': '0.7.4!' is not a version specifier" in p for p in found)
     assert any("schema = 2: this fi_patches reads schema 1" in p for p in found)
@@ -130,7 +141,11 @@ def test_every_problem_is_reported_at_once():
         {"meta": META, "low_latency": [entry(n=0), entry(max_rows=12), entry(tactic="fast")]}
     )
     assert len(found) == 3
-    assert [p.split(": ")[1] for p in found] == ["[[low_latency]] #1", "[[low_latency]] #2", "[[low_latency]] #3"]
+    assert [p.split(": ")[1] for p in found] == [
+        "[[low_latency]] #1",
+        "[[low_latency]] #2",
+        "[[low_latency]] #3",
+    ]
 
 
 def test_wide_entries_are_validated():
@@ -147,7 +162,10 @@ def test_wide_entries_are_validated():
     )
     assert "<test>: [[wide]] #1: tile = 20: must be a multiple of 8" in found
     assert "<test>: [[wide]] #2: tile = 136: must be between 8 and 128" in found
-    assert "<test>: [[wide]] #4: tile = 16: n=7168 k=1536 tile=16 is already pinned by entry #3" in found
+    assert (
+        "<test>: [[wide]] #4: tile = 16: n=7168 k=1536 tile=16 is already pinned by entry #3"
+        in found
+    )
 
 
 def test_skip_reason_compares_device_and_release():
@@ -155,7 +173,9 @@ def test_skip_reason_compares_device_and_release():
 
     table = PinTable.from_mapping({"meta": {"device": "sm_103", "flashinfer": "==0.7.4"}})
     assert table.skip_reason("sm_103", Version("0.7.4")) is None
-    assert "chosen on sm_103; this device is sm_100" in table.skip_reason("sm_100", Version("0.7.4"))
+    assert "chosen on sm_103; this device is sm_100" in table.skip_reason(
+        "sm_100", Version("0.7.4")
+    )
     assert "chosen on FlashInfer ==0.7.4; installed is 0.7.2.post1" in table.skip_reason(
         "sm_103", Version("0.7.2.post1")
     )
@@ -175,7 +195,10 @@ ranges = st.lists(
 def test_lookup_matches_the_entries_or_the_table_is_refused(spans):
     data = {
         "meta": META,
-        "low_latency": [entry(min_rows=lo, max_rows=hi, tactic=[128, i + 1, 1, 1]) for i, (lo, hi) in enumerate(spans)],
+        "low_latency": [
+            entry(min_rows=lo, max_rows=hi, tactic=[128, i + 1, 1, 1])
+            for i, (lo, hi) in enumerate(spans)
+        ],
     }
     overlapping = any(
         a[0] <= b[1] and b[0] <= a[1] for i, a in enumerate(spans) for b in spans[i + 1 :]

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 import fi_patches
-from fi_patches.pinning.hooks import installation
+from fi_patches.pinning.installation import installed_count
 from fi_patches.pins import PinTableError
 from tests import lowlat
 from tests.mxfp8_inputs import Mxfp8Problem
@@ -158,7 +158,7 @@ def test_an_exception_inside_unwinds_everything(pin):
         with fi_patches.pinned_tactics(lowlat.table(lowlat.entry(N, K, 5, 8, pin))):
             assert lowlat.offered(runner, N, K, 8) == [pin]
             raise RuntimeError("boom")
-    assert installation.count == 0
+    assert installed_count() == 0
     assert lowlat.offered(runner, N, K, 8) == lowlat.stock(N, K, 8)
 
 
@@ -218,7 +218,7 @@ def test_eight_threads_each_see_their_own_pins(pinning):
     for t in threads:
         t.join()
     assert errors == []
-    assert installation.count == 0
+    assert installed_count() == 0
 
 
 def test_disabled_feature_yields_does_nothing_and_warns_once(caplog):
@@ -235,8 +235,8 @@ def test_disabled_feature_yields_does_nothing_and_warns_once(caplog):
         for _ in range(3):
             with fi_patches.pinned_tactics(lowlat_pin_table) as active:
                 assert active is None
-                assert installation.count == 0
-    warnings = [r for r in caplog.records if "does nothing" in r.getMessage()]
+                assert installed_count() == 0
+    warnings = [r for r in caplog.records if "ignores the [[low_latency]] pins" in r.getMessage()]
     assert len(warnings) == 1
     assert record.reason in warnings[0].getMessage()
 
@@ -261,7 +261,7 @@ def test_a_tactic_flashinfer_does_not_offer_is_rejected_before_anything_applies(
     message = str(error.value)
     assert "bogus.toml" in message and "[[low_latency]] #1" in message and "tactic" in message
     assert str(list(bogus)) in message
-    assert installation.count == 0
+    assert installed_count() == 0
     assert lowlat.offered(runner, N, K, 8) == lowlat.stock(N, K, 8)
 
 

@@ -163,6 +163,9 @@ def status() -> list[FeatureStatus]:
 
 def refresh() -> None:
     """Forget every verdict, so the next query probes FlashInfer and the device again."""
+    from fi_patches.pins.default import forget_loaded_files
+
     with _lock:
         _cache.clear()
         installed_flashinfer(refresh=True)
+    forget_loaded_files()

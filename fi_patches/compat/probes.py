@@ -151,3 +151,19 @@ class AttributeProbe:
         except Exception as exc:
             return f"{self.module}.{self.qualname} is missing ({_error(exc)})"
         return None
+
+
+@dataclass(frozen=True)
+class AnyOfProbe:
+    """At least one of ``probes`` holds (a helper that moved between releases)."""
+
+    probes: tuple[Probe, ...]
+
+    def describe(self) -> str:
+        return " or ".join(p.describe() for p in self.probes)
+
+    def check(self) -> str | None:
+        reasons = [p.check() for p in self.probes]
+        if any(r is None for r in reasons):
+            return None
+        return "none of " + "; ".join(r for r in reasons if r)

@@ -6,7 +6,10 @@ import importlib
 
 from fi_patches.compat.feature import Feature
 
-_DECLARATIONS = ("fi_patches.pinning.feature:FEATURE",)
+_DECLARATIONS = (
+    "fi_patches.pinning.feature:FEATURE",
+    "fi_patches.cute_dsl.feature:FEATURE",
+)
 
 
 def features() -> tuple[Feature, ...]:

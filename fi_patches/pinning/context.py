@@ -5,37 +5,69 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import weakref
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 from fi_patches._logging import get_logger, log_once
 from fi_patches.compat.device import current_device
 from fi_patches.compat.evaluate import status_of
 from fi_patches.compat.installed import installed_flashinfer
 from fi_patches.pins.default import as_table, default_pins
+from fi_patches.pins.schema import SECTIONS
 from fi_patches.pins.table import PinTable
 
 logger = get_logger(__name__)
 
-FEATURE = "pinned_tactics"
-SECTIONS = ("low_latency",)
+PINNED_SECTIONS = ("low_latency", "cute_dsl", "wide")
+"""The sections a ``pinned_tactics()`` block applies, each through its own feature."""
+
+_views: weakref.WeakKeyDictionary[PinTable, dict[tuple[str, ...], PinTable]] = (
+    weakref.WeakKeyDictionary()
+)
+_views_lock = threading.Lock()
 
 
-def _applicable(
+def _view(table: PinTable, sections: tuple[str, ...]) -> PinTable:
+    """``table`` restricted to ``sections`` (one object per table and sections)."""
+    if all(not table.entries(s) for s in SECTIONS if s not in sections):
+        return table
+    with _views_lock:
+        views = _views.setdefault(table, {})
+        view = views.get(sections)
+        if view is None:
+            view = PinTable(table.meta, {s: table.entries(s) for s in sections}, table.source)
+            views[sections] = view
+        return view
+
+
+def applicable(
     table: PinTable | str | os.PathLike[str] | Mapping[str, object] | None,
-) -> PinTable | None:
-    """The table to activate, or None (logged once) when the feature or the table is off."""
-    record = status_of(FEATURE)
-    if not record.enabled:
-        log_once(
-            logger,
-            logging.WARNING,
-            f"disabled:{record.reason}",
-            "fi_patches.pinned_tactics() does nothing: %s",
-            record.reason,
-        )
-        return None
+) -> tuple[PinTable | None, tuple[str, ...]]:
+    """The table to activate and the sections of it that apply here; ``(None, ())`` when
+    nothing applies (the reasons are logged once)."""
     resolved = default_pins() if table is None else as_table(table)
+    wanted = tuple(s for s in PINNED_SECTIONS if resolved.entries(s))
+    if not wanted:
+        return None, ()
+    sections = []
+    for section in wanted:
+        record = status_of(SECTIONS[section].feature)
+        if record.enabled:
+            sections.append(section)
+        else:
+            log_once(
+                logger,
+                logging.WARNING,
+                f"disabled:{section}:{record.reason}",
+                "fi_patches.pinned_tactics() ignores the [[%s]] pins: %s %s",
+                section,
+                record.name,
+                record.reason,
+            )
+    if not sections:
+        return None, ()
     skip = resolved.skip_reason(current_device().arch, installed_flashinfer().version)
     if skip is not None:
         log_once(
@@ -45,13 +77,11 @@ def _applicable(
             "fi_patches.pinned_tactics() skips a table: %s",
             skip,
         )
-        return None
-    if not any(resolved.entries(section) for section in SECTIONS):
-        return None
+        return None, ()
     from fi_patches.pinning.validate import check_table
 
-    check_table(resolved, SECTIONS)
-    return resolved
+    check_table(resolved, sections)
+    return _view(resolved, tuple(sections)), tuple(sections)
 
 
 @contextmanager
@@ -63,23 +93,24 @@ def pinned_tactics(
     ``table`` is a :class:`PinTable`, a path to a TOML/JSON pin file, a mapping, or None for
     the default table (``FI_PATCHES_PINS``, else :func:`register_pins`). Blocks nest (the inner
     table wins for its entries) and are local to the thread or task that entered them. A bad
-    table raises :class:`PinTableError` before anything is applied; when the feature is off or
-    the table was chosen on another device or release, the block does nothing and logs why
-    once. Yields the active table, or None when nothing is pinned.
+    table raises :class:`PinTableError` before anything is applied; sections whose feature is
+    off, and tables chosen on another device or release, do nothing and log why once. Yields
+    the active table, or None when nothing is pinned.
     """
-    resolved = _applicable(table)
-    if resolved is None:
+    active, sections = applicable(table)
+    if active is None:
         yield None
         return
     from fi_patches.pinning import stack
-    from fi_patches.pinning.hooks import installation
+    from fi_patches.pinning.installation import INSTALLATIONS
 
-    installation.acquire()
-    try:
-        token = stack.push(resolved)
+    features = {SECTIONS[s].feature for s in sections}
+    with ExitStack() as held:
+        for feature in sorted(features & set(INSTALLATIONS)):
+            INSTALLATIONS[feature].acquire()
+            held.callback(INSTALLATIONS[feature].release)
+        token = stack.push(active)
         try:
-            yield resolved
+            yield active
         finally:
             stack.pop(token)
-    finally:
-        installation.release()

@@ -41,5 +41,5 @@ FEATURE = Feature(
             ("custom_op", "runners", "input_shapes", "tuning_config", "inputs"),
         ),
     ),
-    self_check="fi_patches.pinning.hooks:self_check",
+    self_check="fi_patches.pinning.self_check:self_check",
 )

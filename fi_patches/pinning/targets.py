@@ -12,6 +12,9 @@ AUTOTUNER = "flashinfer.autotuner"
 LOW_LATENCY_MODULE = "flashinfer.gemm.kernels.cute_dsl.low_latency_blockscaled_gemm"
 LOW_LATENCY_FACTORY = "_cutedsl_low_latency_blockscaled_gemm_runner"
 LOW_LATENCY_CLASS = "CutedslLowLatencyBlockscaledGemmRunner"
+CUTE_DSL_FACTORY = "_cute_dsl_gemm_mxfp8_runner"
+CUTE_DSL_CLASS = "CuteDSLMxfp8GemmRunner"
+CUTE_DSL_WARP_CLASS = "CuteDSLMxfp8WarpSplitKRunner"
 
 Problem = tuple[int, int, int]
 """``(n, k, rows)``: the weight's output features, its input features, the activation rows."""
@@ -21,10 +24,16 @@ Shapes = Sequence[Sequence[int]]
 
 @dataclass(frozen=True)
 class PinnedRunner:
-    """A runner class fi_patches pins, and the pin-table section holding its pins."""
+    """A runner class fi_patches pins, the feature that pins it and the section holding its pins.
+
+    A ``silenced`` runner serves the same op with tactics of another form (FlashInfer's warp
+    split-K runner beside the cute-dsl one): for a pinned problem it offers nothing, so the
+    tuner profiles the pin alone.
+    """
 
     module: str
     class_name: str
+    feature: str
     section: str
     weight_inputs: dict[int, tuple[int, bool]]
     """Per input-list length: which input holds the weight, and whether its shape reads
@@ -38,19 +47,18 @@ class PinnedRunner:
     normalize: Callable[[Any], Any]
     """A tactic as the pin table spells it (JSON-loaded caches hold lists, not tuples)."""
 
+    silenced: bool = False
+
 
 def _dims(inputs: Sequence[Any], shapes: Shapes | None, index: int) -> Sequence[int]:
     return shapes[index] if shapes is not None else inputs[index].shape
 
 
-def low_latency_problem(inputs: Sequence[Any], shapes: Shapes | None = None) -> Problem | None:
-    """The MXFP8 problem of the low-latency runner's inputs.
-
-    The runner takes ``mm_mxfp8``'s 7 inputs ``[a (rows, K), b (K, N), a_scale, b_scale,
-    out_dtype, out, workspace]`` or the kernel's 9 native ones ``[A (N, K), B (rows, K), sfa,
-    sfb, C, workspace, mnkl, alpha, bias]``; FP4 (10 inputs) and FP8 with E4M3 scales are not
-    MXFP8 and are never pinned.
-    """
+def mxfp8_problem(inputs: Sequence[Any], shapes: Shapes | None = None) -> Problem | None:
+    """The MXFP8 problem of ``mm_mxfp8``'s 7 runner inputs ``[a (rows, K), b (K, N), a_scale,
+    b_scale, out_dtype, out, workspace]``, also accepting the low-latency kernel's 9 native
+    ones ``[A (N, K), B (rows, K), sfa, sfb, C, workspace, mnkl, alpha, bias]``. FP4 (10
+    inputs) and FP8 with E4M3 scales are not MXFP8 and are never pinned."""
     import torch
 
     if len(inputs) == 7:
@@ -72,18 +80,42 @@ def low_latency_problem(inputs: Sequence[Any], shapes: Shapes | None = None) -> 
     return None
 
 
-def tuple_tactic(tactic: Any) -> Any:
-    """A flat tactic as a tuple of ints (lists from JSON caches become tuples)."""
-    return tuple(tactic) if isinstance(tactic, (list, tuple)) else tactic
+def nested_tuple(tactic: Any) -> Any:
+    """A tactic with every list turned into a tuple (JSON caches hold lists)."""
+    if isinstance(tactic, (list, tuple)):
+        return tuple(nested_tuple(part) for part in tactic)
+    return tactic
 
 
 LOW_LATENCY = PinnedRunner(
     GEMM_BASE,
     LOW_LATENCY_CLASS,
+    "pinned_tactics",
     "low_latency",
     {7: (1, True), 9: (0, False)},  # mm_mxfp8's b is the (K, N) view; native A is (N, K)
-    low_latency_problem,
-    tuple_tactic,
+    mxfp8_problem,
+    nested_tuple,
 )
 
-PINNED_RUNNERS: tuple[PinnedRunner, ...] = (LOW_LATENCY,)
+CUTE_DSL = PinnedRunner(
+    GEMM_BASE,
+    CUTE_DSL_CLASS,
+    "pinned_cute_dsl",
+    "cute_dsl",
+    {7: (1, True)},
+    mxfp8_problem,
+    nested_tuple,
+)
+
+CUTE_DSL_WARP = PinnedRunner(
+    GEMM_BASE,
+    CUTE_DSL_WARP_CLASS,
+    "pinned_cute_dsl",
+    "cute_dsl",
+    {7: (1, True)},
+    mxfp8_problem,
+    nested_tuple,
+    silenced=True,
+)
+
+PINNED_RUNNERS: tuple[PinnedRunner, ...] = (LOW_LATENCY, CUTE_DSL, CUTE_DSL_WARP)

@@ -104,7 +104,45 @@ def check_low_latency(table: PinTable) -> list[PinProblem]:
     return problems
 
 
-CHECKERS: dict[str, Checker] = {"low_latency": check_low_latency}
+def check_cute_dsl(table: PinTable) -> list[PinProblem]:
+    """Problems of the ``[[cute_dsl]]`` entries: whole tuner buckets, and each tactic run as
+    pinned by the installed cute-dsl runner at both ends of its row range."""
+    import torch
+
+    from fi_patches.compat.device import current_device
+    from fi_patches.cute_dsl.runner import cute_dsl_runner
+    from fi_patches.cute_dsl.validity import why_not_runnable
+    from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
+
+    entries = table.entries("cute_dsl")
+    if not entries:
+        return []
+    top = max(e.max_rows for e in entries)
+    problems = check_buckets("cute_dsl", entries, table.source, mxfp8_bucket_of(), top)
+    sm = current_device().sm_version or 100
+    runner = cute_dsl_runner(sm // 10, sm % 10, torch.bfloat16)
+    for entry in entries:
+        for rows in dict.fromkeys((entry.min_rows, entry.max_rows)):
+            inputs = mxfp8_runner_inputs(entry.n, entry.k, rows)
+            try:
+                reason = why_not_runnable(runner, inputs, entry.tactic)
+            except Exception as exc:
+                reason = f"FlashInfer's cute-dsl runner could not list its tactics ({type(exc).__name__}: {exc})"
+            if reason is not None:
+                problems.append(
+                    PinProblem(
+                        table.source,
+                        f"[[cute_dsl]] #{entry.index}",
+                        "tactic",
+                        entry.to_mapping()["tactic"],
+                        f"cannot run as pinned for n={entry.n} k={entry.k} rows={rows}: {reason}",
+                    )
+                )
+                break
+    return problems
+
+
+CHECKERS: dict[str, Checker] = {"low_latency": check_low_latency, "cute_dsl": check_cute_dsl}
 
 _checked: weakref.WeakKeyDictionary[PinTable, tuple[str, ...]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()

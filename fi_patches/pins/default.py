@@ -20,7 +20,7 @@ ENV = "FI_PATCHES_PINS"
 
 _lock = threading.Lock()
 _registered: PinTable | None = None
-_file_cache: dict[tuple[str, int, int], PinTable] = {}
+_file_cache: dict[str, PinTable] = {}
 
 
 def as_table(table: PinTable | str | os.PathLike[str] | Mapping[str, object]) -> PinTable:
@@ -33,11 +33,9 @@ def as_table(table: PinTable | str | os.PathLike[str] | Mapping[str, object]) ->
 
 
 def _load_file(path: Path) -> PinTable:
-    try:
-        stat = path.stat()
-        key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
-    except OSError:
-        return PinTable.from_file(path)  # raises the error naming the file
+    """The table in ``path``, read once per process (``fi_patches.refresh()`` reads it again):
+    hot paths resolve the default table on every call and must not touch the disk."""
+    key = str(path)
     with _lock:
         cached = _file_cache.get(key)
     if cached is None:
@@ -45,6 +43,12 @@ def _load_file(path: Path) -> PinTable:
         with _lock:
             _file_cache[key] = cached
     return cached
+
+
+def forget_loaded_files() -> None:
+    """Read pin files again on next use."""
+    with _lock:
+        _file_cache.clear()
 
 
 def register_pins(table: PinTable | str | os.PathLike[str] | Mapping[str, object] | None) -> None:

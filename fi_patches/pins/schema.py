@@ -3,6 +3,7 @@ registered here so new runners add a section without changing how tables load.""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,6 +25,10 @@ WIDE_MAX_TILE = 128
 
 LowLatencyTactic = tuple[int, int, int, int]
 """``(cta_k, ab_stages, sfb_tmem_stages, split_k)``, as ``autotune_tactics`` lists them."""
+
+CuteDslTactic = tuple[tuple[int, int], tuple[int, int], bool, bool, int]
+"""``(mma_tiler_mn, cluster_shape_mn, swap_ab, use_prefetch, split_k)``, as FlashInfer's
+``cute-dsl`` MXFP8 runner lists them."""
 
 
 @dataclass(frozen=True)
@@ -162,7 +167,7 @@ def _parse_wide(reader: FieldReader, index: int) -> WidePin | None:
 
 def check_wide_duplicates(
     section: str, entries: Sequence[WidePin], source: str, problems: list[PinProblem]
-) -> None:
+) -> Sequence[WidePin]:
     """Record a problem for each ``(n, k, tile)`` pinned twice."""
     seen: dict[tuple[int, int, int], WidePin] = {}
     for entry in entries:
@@ -180,11 +185,115 @@ def check_wide_duplicates(
             )
         else:
             seen[key] = entry
+    return entries
+
+
+@dataclass(frozen=True)
+class CuteDslPin(RowRangePin):
+    """A ``cute-dsl`` ``mm_mxfp8`` tactic for one weight shape and row range."""
+
+    tactic: CuteDslTactic
+
+    def to_mapping(self) -> dict[str, Any]:
+        (tm, tn), (cm, cn), swap_ab, prefetch, split_k = self.tactic
+        return {
+            "n": self.n,
+            "k": self.k,
+            "min_rows": self.min_rows,
+            "max_rows": self.max_rows,
+            "tactic": [[tm, tn], [cm, cn], swap_ab, prefetch, split_k],
+        }
+
+
+def _int_pair(value: object) -> tuple[int, int] | None:
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+            return (value[0], value[1])
+    return None
+
+
+def parse_cute_dsl_tactic(value: object) -> CuteDslTactic | None:
+    """``[[mma_m, mma_n], [cluster_m, cluster_n], swap_ab, use_prefetch, split_k]`` as a tactic."""
+    if not isinstance(value, (list, tuple)) or len(value) != 5:
+        return None
+    tiler, cluster = _int_pair(value[0]), _int_pair(value[1])
+    swap_ab, prefetch, split_k = value[2], value[3], value[4]
+    if tiler is None or cluster is None:
+        return None
+    if not isinstance(swap_ab, bool) or not isinstance(prefetch, bool):
+        return None
+    if isinstance(split_k, bool) or not isinstance(split_k, int) or split_k < 1:
+        return None
+    return (tiler, cluster, swap_ab, prefetch, split_k)
+
+
+# min_rows of a [[cute_dsl]] entry may be left out: the range then starts after the previous
+# entry (in max_rows order) of the same shape, as a list of "up to max_rows" ranges reads.
+_IMPLICIT_MIN = 0
+
+
+def _parse_cute_dsl(reader: FieldReader, index: int) -> CuteDslPin | None:
+    n = reader.int("n", lo=1)
+    k = reader.int("k", lo=1)
+    min_rows = reader.int("min_rows", lo=1, default=_IMPLICIT_MIN)
+    max_rows = reader.int("max_rows", lo=1)
+    raw = reader.raw("tactic")
+    tactic = parse_cute_dsl_tactic(raw) if raw is not None else None
+    if raw is not None and tactic is None:
+        reader.problem(
+            "tactic",
+            raw,
+            "must be [[mma_m, mma_n], [cluster_m, cluster_n], swap_ab, use_prefetch, split_k]",
+        )
+    reader.reject_unknown(("n", "k", "min_rows", "max_rows", "tactic"))
+    if min_rows and max_rows is not None and min_rows > max_rows:
+        reader.problem("min_rows", min_rows, f"must not exceed max_rows ({max_rows})")
+        return None
+    if n is None or k is None or min_rows is None or max_rows is None or tactic is None:
+        return None
+    return CuteDslPin(n, k, min_rows, max_rows, index, tactic)
+
+
+def _fill_implicit_min_rows(entries: list[Any]) -> list[Any]:
+    """Give each ``[[cute_dsl]]`` entry without ``min_rows`` the row after its predecessor's."""
+    filled = list(entries)
+    by_shape: dict[tuple[int, int], list[int]] = {}
+    for position, entry in enumerate(entries):
+        by_shape.setdefault((entry.n, entry.k), []).append(position)
+    for positions in by_shape.values():
+        previous_max = 0
+        for position in sorted(positions, key=lambda p: entries[p].max_rows):
+            entry = entries[position]
+            if entry.min_rows == _IMPLICIT_MIN:
+                entry = dataclasses.replace(entry, min_rows=previous_max + 1)
+                filled[position] = entry
+            previous_max = entry.max_rows
+    return filled
+
+
+def check_cute_dsl(
+    section: str, entries: Sequence[Any], source: str, problems: list[PinProblem]
+) -> Sequence[Any]:
+    """Fill implicit ``min_rows``, then reject overlapping ranges; returns the filled entries."""
+    filled = _fill_implicit_min_rows(list(entries))
+    for entry in filled:
+        if entry.min_rows > entry.max_rows:
+            problems.append(
+                PinProblem(
+                    source,
+                    f"[[{section}]] #{entry.index}",
+                    "max_rows",
+                    entry.max_rows,
+                    f"repeats the previous entry's rows (this range would start at {entry.min_rows})",
+                )
+            )
+    check_row_overlaps(section, [e for e in filled if e.min_rows <= e.max_rows], source, problems)
+    return filled
 
 
 def check_row_overlaps(
     section: str, entries: Sequence[RowRangePin], source: str, problems: list[PinProblem]
-) -> None:
+) -> Sequence[RowRangePin]:
     """Record a problem for every pair of entries of one weight shape whose row ranges overlap."""
     by_shape: dict[tuple[int, int], list[RowRangePin]] = {}
     for entry in entries:
@@ -203,6 +312,7 @@ def check_row_overlaps(
                         f"{previous.rows_text} for n={n} k={k}",
                     )
                 )
+    return entries
 
 
 @dataclass(frozen=True)
@@ -212,10 +322,12 @@ class Section:
     name: str
     feature: str
     parse: Callable[[FieldReader, int], Any]
-    cross_check: Callable[[str, Sequence[Any], str, list[PinProblem]], None] | None = None
+    cross_check: Callable[[str, Sequence[Any], str, list[PinProblem]], Sequence[Any]] | None = None
+    """Checks across entries (overlaps, duplicates); returns the entries, completed."""
 
 
 SECTIONS: dict[str, Section] = {
     "low_latency": Section("low_latency", "pinned_tactics", _parse_low_latency, check_row_overlaps),
     "wide": Section("wide", "wide_tile", _parse_wide, check_wide_duplicates),
+    "cute_dsl": Section("cute_dsl", "pinned_cute_dsl", _parse_cute_dsl, check_cute_dsl),
 }

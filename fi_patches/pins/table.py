@@ -16,6 +16,8 @@ from fi_patches.pins.errors import PinProblem, PinTableError
 from fi_patches.pins.fields import FieldReader
 from fi_patches.pins.schema import (
     SECTIONS,
+    CuteDslPin,
+    CuteDslTactic,
     LowLatencyPin,
     LowLatencyTactic,
     PinMeta,
@@ -105,7 +107,7 @@ class PinTable:
                 if entry is not None:
                     entries.append(entry)
             if section.cross_check is not None:
-                section.cross_check(name, entries, source, problems)
+                entries = list(section.cross_check(name, entries, source, problems))
             sections[name] = tuple(entries)
         if problems:
             raise PinTableError(problems)
@@ -172,6 +174,11 @@ class PinTable:
                 if entry.min_rows <= rows <= entry.max_rows:
                     return entry
         return None
+
+    def cute_dsl_tactic(self, n: int, k: int, rows: int) -> CuteDslTactic | None:
+        """The pinned ``cute-dsl`` tactic for ``rows`` rows of the weight ``(n, k)``, if any."""
+        entry = self.row_pin("cute_dsl", n, k, rows)
+        return entry.tactic if isinstance(entry, CuteDslPin) else None
 
     def low_latency_tactic(self, n: int, k: int, rows: int) -> LowLatencyTactic | None:
         """The pinned low-latency tactic for ``rows`` rows of the weight ``(n, k)``, if any."""

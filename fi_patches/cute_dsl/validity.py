@@ -1,0 +1,40 @@
+"""Whether the cute-dsl runner would run a tactic as given for an exact problem.
+
+From 0.7.1 the runner silently replaces a split-K tactic the split-K kernel cannot run at this
+M, and any narrow tile outside its envelope, by its fallback. A pin must run as pinned or not at
+all, so this asks the runner's own list and FlashInfer's own predicates before launching."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+SPLIT_K_MODULE = "flashinfer.gemm.kernels.dense_blockscaled_gemm_sm100_splitk"
+DENSE_MODULE = "flashinfer.gemm.kernels.dense_blockscaled_gemm_sm100"
+
+
+def why_not_runnable(runner: Any, inputs: list[Any], tactic: Any) -> str | None:
+    """None when ``runner`` runs ``tactic`` unchanged on ``inputs``, else the reason."""
+    import cutlass
+
+    from fi_patches.pinning.targets import nested_tuple
+
+    offered = [nested_tuple(t) for t in runner.get_valid_tactics(inputs, None)]
+    if tactic not in offered:
+        return f"the runner does not offer it here (it offers {len(offered)} tactics)"
+    a, b, out = inputs[0], inputs[1], inputs[5]
+    m, k, n = a.shape[0], a.shape[1], b.shape[1]
+    tiler, _, swap_ab, _, split_k = tactic
+    if split_k > 1:
+        split = importlib.import_module(SPLIT_K_MODULE).Sm100BlockScaledSplitKGemmKernel
+        if not out.is_contiguous():
+            return "split-K needs a contiguous output"
+        if not split.is_valid_tactic(m, k, cutlass.Float8E4M3FN, split_k):
+            return f"FlashInfer's split-K kernel cannot split K={k} {split_k} ways at M={m}"
+        if tuple(split.mma_tiler_mn_for_m(m)) != tiler:
+            return f"split-K at M={m} runs tile {split.mma_tiler_mn_for_m(m)}, not {tiler}"
+    dense = importlib.import_module(DENSE_MODULE).Sm100BlockScaledPersistentDenseGemmKernel
+    narrow_ok = getattr(dense, "narrow_tile_ok", None)
+    if narrow_ok is not None and not narrow_ok(tiler[1], m if swap_ab else n):
+        return f"tile N={tiler[1]} is outside FlashInfer's narrow-tile envelope at M={m}"
+    return None

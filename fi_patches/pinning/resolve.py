@@ -1,0 +1,56 @@
+"""Which pin serves a call: an explicit table, else the tables active here (``pinned_tactics()``
+blocks and ``fi_patches.auto``), else the default table."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from fi_patches._logging import get_logger, log_once
+from fi_patches.compat.device import current_device
+from fi_patches.compat.installed import installed_flashinfer
+from fi_patches.pins.default import as_table, default_pins
+from fi_patches.pins.errors import PinTableError
+from fi_patches.pins.table import PinTable
+from fi_patches.pinning import stack
+
+logger = get_logger(__name__)
+
+TableLike = PinTable | str | os.PathLike[str] | Mapping[str, object]
+
+
+def candidate_tables(pins: TableLike | None) -> tuple[PinTable, ...]:
+    """The tables to consult, in priority order, dropping (and logging once) a table chosen on
+    another device or release, and a bad default table."""
+    if pins is not None:
+        tables: tuple[PinTable, ...] = (as_table(pins),)
+    else:
+        tables = stack.active_tables()
+        try:
+            default = default_pins()
+        except PinTableError as exc:
+            log_once(logger, logging.ERROR, f"badpins:{exc}", "fi_patches ignores its default pins: %s", exc)
+            default = PinTable.empty()
+        if default and default not in tables:
+            tables = (*tables, default)
+    usable = []
+    arch, version = current_device().arch, installed_flashinfer().version
+    for table in tables:
+        skip = table.skip_reason(arch, version)
+        if skip is None:
+            usable.append(table)
+        else:
+            log_once(logger, logging.WARNING, f"skip:{skip}", "fi_patches skips a pin table: %s", skip)
+    return tuple(usable)
+
+
+def row_pin(section: str, n: int, k: int, rows: int, pins: TableLike | None = None) -> Any:
+    """The entry of ``section`` serving ``rows`` rows of weight ``(n, k)``, or None."""
+    return stack.lookup(candidate_tables(pins), section, n, k, rows)
+
+
+def wide_pin(n: int, k: int, tile: int, pins: TableLike | None = None) -> Any:
+    """The ``[[wide]]`` entry for weight ``(n, k)`` at activation tile ``tile``, or None."""
+    return stack.lookup_wide(candidate_tables(pins), n, k, tile)
