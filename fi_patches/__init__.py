@@ -20,11 +20,15 @@ _EXPORTS = {
     "PinProblem": "fi_patches.pins.errors",
     "register_pins": "fi_patches.pins.default",
     "default_pins": "fi_patches.pins.default",
+    "enable": "fi_patches.activation",
+    "disable": "fi_patches.activation",
 }
 
 __all__ = [*sorted(_EXPORTS), "__version__"]
 
 if TYPE_CHECKING:
+    from fi_patches.activation import disable as disable
+    from fi_patches.activation import enable as enable
     from fi_patches.compat.evaluate import FeatureStatus as FeatureStatus
     from fi_patches.compat.evaluate import refresh as refresh
     from fi_patches.compat.evaluate import status as status

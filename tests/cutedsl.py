@@ -21,7 +21,10 @@ def runner() -> Any:
 
 def stock(n: int, k: int, rows: int) -> list[Any]:
     """The runner's own list (call outside any pins)."""
-    return [nested_tuple(t) for t in runner().get_valid_tactics(Mxfp8Problem(n, k, rows).runner_inputs(), None)]
+    return [
+        nested_tuple(t)
+        for t in runner().get_valid_tactics(Mxfp8Problem(n, k, rows).runner_inputs(), None)
+    ]
 
 
 def as_toml(tactic: Any) -> Any:

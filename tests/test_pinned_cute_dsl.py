@@ -41,7 +41,9 @@ def test_tuning_inside_the_context_profiles_only_the_pin(cute, tuner):
     with fi_patches.pinned_tactics(cutedsl.table(cutedsl.entry(N, K, 33, 64, pin))):
         with flashinfer.autotune(True):
             with pytest.raises(Exception, match="CUDA"):
-                flashinfer.mm_mxfp8(*Mxfp8Problem(N, K, 64).mm_args(), out_dtype=torch.bfloat16, backend="cute-dsl")
+                flashinfer.mm_mxfp8(
+                    *Mxfp8Problem(N, K, 64).mm_args(), out_dtype=torch.bfloat16, backend="cute-dsl"
+                )
     assert cute.offered(64) == [pin]
     assert cute.offered(32, cutedsl.CLASS) == cutedsl.stock(N, K, 32)
     winners = cutedsl.cached(tuner, N, K)
@@ -66,7 +68,9 @@ def test_a_bucket_tuned_before_is_retuned_over_the_pin(cute, tuner):
     assert cute.offered(64) == [pin]
     after = cutedsl.cached(tuner, N, K)
     assert after[64] == pin
-    assert {r: t for r, t in after.items() if r != 64} == {r: t for r, t in before.items() if r != 64}
+    assert {r: t for r, t in after.items() if r != 64} == {
+        r: t for r, t in before.items() if r != 64
+    }
 
 
 def test_pinned_mm_runs_the_pin_without_the_tuner(cute, monkeypatch):
@@ -77,7 +81,9 @@ def test_pinned_mm_runs_the_pin_without_the_tuner(cute, monkeypatch):
     calls = cutedsl.record_forward(monkeypatch)
     tuned = []
     original = AutoTuner.choose_one
-    monkeypatch.setattr(AutoTuner, "choose_one", lambda self, *a, **k: tuned.append(a) or original(self, *a, **k))
+    monkeypatch.setattr(
+        AutoTuner, "choose_one", lambda self, *a, **k: tuned.append(a) or original(self, *a, **k)
+    )
     for rows in (65, 100, 128):
         t = Mxfp8Problem(N, K, rows).tensors()
         with pytest.raises(Exception, match="CUDA"):
@@ -90,15 +96,27 @@ def test_pinned_mm_passes_mm_mxfp8s_own_workspace(cute, monkeypatch):
     import flashinfer
 
     name, _ = workspace_helper()
-    expected = "_get_stream_cache_buf" if hasattr(__import__("flashinfer.gemm.gemm_base").gemm.gemm_base, "_get_stream_cache_buf") else "_get_cache_buf"
+    expected = (
+        "_get_stream_cache_buf"
+        if hasattr(__import__("flashinfer.gemm.gemm_base").gemm.gemm_base, "_get_stream_cache_buf")
+        else "_get_cache_buf"
+    )
     assert name.endswith(expected)
     pin = pick(128)
     calls = cutedsl.record_forward(monkeypatch)
     t = Mxfp8Problem(N, K, 128).tensors()
     with pytest.raises(Exception, match="CUDA"):
-        pinned_mm(t["a"], t["a_scale"], t["b"], t["b_scale"], pins=cutedsl.table(cutedsl.entry(N, K, 65, 128, pin)))
+        pinned_mm(
+            t["a"],
+            t["a_scale"],
+            t["b"],
+            t["b_scale"],
+            pins=cutedsl.table(cutedsl.entry(N, K, 65, 128, pin)),
+        )
     with pytest.raises(Exception, match="CUDA"):
-        flashinfer.mm_mxfp8(t["a"], t["b"], t["a_scale"], t["b_scale"], out_dtype=torch.bfloat16, backend="cute-dsl")
+        flashinfer.mm_mxfp8(
+            t["a"], t["b"], t["a_scale"], t["b_scale"], out_dtype=torch.bfloat16, backend="cute-dsl"
+        )
     assert calls[0]["workspace"] is calls[1]["workspace"] is workspace(t["a"].device)
 
 

@@ -19,7 +19,9 @@ FEATURE = Feature(
         FactoryClassProbe(
             GEMM_BASE, CUTE_DSL_FACTORY, CUTE_DSL_CLASS, ("get_valid_tactics", "forward")
         ),
-        CallableProbe(GEMM_BASE, "mm_mxfp8", ("a", "b", "a_descale", "b_descale", "out", "out_dtype")),
+        CallableProbe(
+            GEMM_BASE, "mm_mxfp8", ("a", "b", "a_descale", "b_descale", "out", "out_dtype")
+        ),
         AnyOfProbe(
             (
                 CallableProbe(GEMM_BASE, "_get_stream_cache_buf", ("name",)),

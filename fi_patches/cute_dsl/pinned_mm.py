@@ -50,7 +50,13 @@ def plan(
     record = status_of(FEATURE)
     if not record.enabled:
         reason = f"{FEATURE} is disabled: {record.reason}"
-        log_once(logger, logging.WARNING, f"disabled:{reason}", "fi_patches runs stock mm_mxfp8: %s", reason)
+        log_once(
+            logger,
+            logging.WARNING,
+            f"disabled:{reason}",
+            "fi_patches runs stock mm_mxfp8: %s",
+            reason,
+        )
         return Plan(None, None, reason)
     tables = candidate_tables(pins)
     entry, owner = None, None
@@ -77,10 +83,17 @@ def plan(
     if problem is None:
         made = Plan(entry.tactic, runner, f"pinned by {where}")
     else:
-        made = Plan(None, None, f"pin {entry.tactic} of {where} cannot run n={n} k={k} rows={rows}: {problem}")
+        made = Plan(
+            None,
+            None,
+            f"pin {entry.tactic} of {where} cannot run n={n} k={k} rows={rows}: {problem}",
+        )
         log_once(
-            logger, logging.WARNING, f"invalid:{where}:{key}",
-            "fi_patches runs stock mm_mxfp8 instead: %s", made.reason,
+            logger,
+            logging.WARNING,
+            f"invalid:{where}:{key}",
+            "fi_patches runs stock mm_mxfp8 instead: %s",
+            made.reason,
         )
     with _lock:
         _plans.setdefault(owner, {})[key] = made

@@ -31,7 +31,13 @@ def candidate_tables(pins: TableLike | None) -> tuple[PinTable, ...]:
         try:
             default = default_pins()
         except PinTableError as exc:
-            log_once(logger, logging.ERROR, f"badpins:{exc}", "fi_patches ignores its default pins: %s", exc)
+            log_once(
+                logger,
+                logging.ERROR,
+                f"badpins:{exc}",
+                "fi_patches ignores its default pins: %s",
+                exc.one_line(),
+            )
             default = PinTable.empty()
         if default and default not in tables:
             tables = (*tables, default)
@@ -42,7 +48,9 @@ def candidate_tables(pins: TableLike | None) -> tuple[PinTable, ...]:
         if skip is None:
             usable.append(table)
         else:
-            log_once(logger, logging.WARNING, f"skip:{skip}", "fi_patches skips a pin table: %s", skip)
+            log_once(
+                logger, logging.WARNING, f"skip:{skip}", "fi_patches skips a pin table: %s", skip
+            )
     return tuple(usable)
 
 

@@ -32,3 +32,7 @@ class PinTableError(ValueError):
             "invalid pin table" if len(lines) == 1 else f"invalid pin table ({len(lines)} problems)"
         )
         super().__init__(head + ":\n  " + "\n  ".join(lines))
+
+    def one_line(self) -> str:
+        """Every problem on one line, for a log record."""
+        return "; ".join(str(p) for p in self.problems)

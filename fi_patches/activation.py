@@ -1,0 +1,112 @@
+"""Process-wide pins: the default table applied for the life of the process once FlashInfer is
+imported (before or after this call), through a post-import hook, and ``disable()`` to take
+every patch off again. ``import fi_patches.auto`` and the ``FI_PATCHES_AUTO`` start-up hook
+use this; a consumer never crashes because of it: problems are logged once and leave
+FlashInfer stock."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import wrapt
+
+from fi_patches._logging import get_logger
+
+logger = get_logger(__name__)
+
+
+@dataclass
+class _State:
+    requested: bool = False
+    hook_registered: bool = False
+    table: Any = None
+    held: list[Any] = field(default_factory=list)
+    outcome: str = "not requested"
+
+
+_lock = threading.RLock()
+_state = _State()
+
+
+def _apply(module: Any = None) -> None:
+    """The post-import hook: activate the default table, or log why not (never raises)."""
+    from fi_patches.pins.errors import PinTableError
+
+    with _lock:
+        if not _state.requested or _state.table is not None:
+            return
+        try:
+            from fi_patches.pinning import stack
+            from fi_patches.pinning.context import applicable
+            from fi_patches.pinning.installation import INSTALLATIONS
+            from fi_patches.pins.schema import SECTIONS
+
+            active, sections = applicable(None)
+            if active is None:
+                _state.outcome = "nothing to pin (see earlier log lines, if any)"
+                logger.info("fi_patches.auto: %s", _state.outcome)
+                return
+            features = sorted({SECTIONS[s].feature for s in sections} & set(INSTALLATIONS))
+            held = []
+            try:
+                for feature in features:
+                    INSTALLATIONS[feature].acquire()
+                    held.append(INSTALLATIONS[feature])
+            except Exception:
+                for installation in reversed(held):
+                    installation.release()
+                raise
+            stack.add_process_table(active)
+            _state.table, _state.held = active, held
+            _state.outcome = f"pinning {', '.join(sections)} from {active.source}"
+            logger.info("fi_patches.auto: %s", _state.outcome)
+        except PinTableError as exc:
+            _state.outcome = f"left FlashInfer stock: {exc.one_line()}"
+            logger.error(
+                "fi_patches.auto left FlashInfer stock because of its pins: %s", exc.one_line()
+            )
+        except Exception as exc:
+            _state.outcome = f"left FlashInfer stock: {type(exc).__name__}: {exc}"
+            logger.exception("fi_patches.auto left FlashInfer stock after an unexpected error")
+
+
+def enable() -> None:
+    """Apply the default pin table (``FI_PATCHES_PINS``) for the life of the process, now if
+    FlashInfer is imported, else when it is. Idempotent."""
+    with _lock:
+        _state.requested = True
+        if not _state.hook_registered:
+            _state.hook_registered = True
+            # wrapt runs the hook at once when flashinfer is already imported.
+            wrapt.register_post_import_hook(_apply, "flashinfer")
+
+
+def disable() -> None:
+    """Remove every fi_patches patch and restore FlashInfer's original objects.
+
+    Process-wide pins stop; ``pinned_tactics()`` blocks still open become inert (their exit
+    is harmless). A later :func:`enable` starts over.
+    """
+    from fi_patches.pinning import stack
+    from fi_patches.pinning.installation import INSTALLATIONS, TUNER_CACHE
+
+    with _lock:
+        _state.requested = False
+        if _state.table is not None:
+            stack.remove_process_table(_state.table)
+        for installation in reversed(_state.held):
+            installation.release()
+        _state.table, _state.held = None, []
+        _state.outcome = "disabled"
+        for installation in (*INSTALLATIONS.values(), TUNER_CACHE):
+            while installation.count:
+                installation.release()
+    logger.log(logging.INFO, "fi_patches: every patch removed")
+
+
+def outcome() -> str:
+    """What the process-wide activation did, in a sentence."""
+    return _state.outcome

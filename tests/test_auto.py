@@ -1,0 +1,284 @@
+"""The opt-in import: process-wide pins through a post-import hook, ``disable()``, the
+``FI_PATCHES_AUTO`` start-up hook and ``fi-patches-run``, the latter against a real install of
+this project's wheel (built offline) into a temp venv."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+import fi_patches
+from fi_patches.pinning.installation import installed_count
+from tests import lowlat
+
+N, K = lowlat.SHAPE
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def pins_file(tmp_path: Path, tactic) -> Path:
+    path = tmp_path / "pins.toml"
+    path.write_text(
+        '[meta]\ndevice = "sm_103"\nflashinfer = ">=0.7.0"\n\n'
+        f"[[low_latency]]\nn = {N}\nk = {K}\nmin_rows = 5\nmax_rows = 8\ntactic = {list(tactic)}\n"
+    )
+    return path
+
+
+def test_enable_pins_every_thread_and_disable_restores_flashinfer(pinning, tmp_path, monkeypatch):
+    from flashinfer.autotuner import AutoTuner, TunableRunner
+
+    pin = lowlat.non_split_alternative(N, K, 8)
+    monkeypatch.setenv("FI_PATCHES_PINS", str(pins_file(tmp_path, pin)))
+    runner = lowlat.runner()
+    originals = (dict(vars(TunableRunner)), dict(vars(AutoTuner)), dict(vars(type(runner))))
+    try:
+        fi_patches.enable()
+        fi_patches.enable()  # idempotent
+        assert installed_count() == 2  # the low-latency wrappers and the tuner-cache wrapper
+        seen = []
+        thread = threading.Thread(target=lambda: seen.append(lowlat.offered(runner, N, K, 8)))
+        thread.start()
+        thread.join()
+        assert seen == [[pin]]
+        assert lowlat.offered(runner, N, K, 8) == [pin]
+    finally:
+        fi_patches.disable()
+    assert installed_count() == 0
+    assert lowlat.offered(runner, N, K, 8) == lowlat.stock(N, K, 8)
+    after = (dict(vars(TunableRunner)), dict(vars(AutoTuner)), dict(vars(type(runner))))
+    for before_ns, after_ns in zip(originals, after, strict=True):
+        assert before_ns.keys() == after_ns.keys()
+        assert all(before_ns[k] is after_ns[k] for k in before_ns)
+
+
+# --- a real install in a temp venv ----------------------------------------------------------
+
+
+DEPENDENCIES = """
+import os, sys
+parent = {parent!r}
+sys.path.append(parent)
+for name in sorted(os.listdir(parent)):
+    if name.endswith(".pth") and "fi_patches" not in name:
+        with open(os.path.join(parent, name)) as pth:
+            for line in pth:
+                if line.startswith(("import ", "import\t")):
+                    exec(line)
+"""
+
+
+@pytest.fixture(scope="session")
+def installed_python(tmp_path_factory) -> Path:
+    """A temp venv holding this project's wheel, built and installed offline; torch, FlashInfer
+    and the other dependencies come from the test environment through a path file."""
+    root = tmp_path_factory.mktemp("install")
+    wheels = root / "wheels"
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-w",
+            str(wheels),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if build.returncode != 0:
+        pytest.fail(f"building the wheel failed:\n{build.stderr[-3000:]}")
+    venv = root / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site_dir = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    # The test environment's packages, as site would add them, minus its own fi_patches (an
+    # editable finder there would shadow the wheel). Named to run before fi_patches_auto.pth.
+    (site_dir / "_fi_patches_test_deps.py").write_text(
+        DEPENDENCIES.format(parent=sysconfig.get_paths()["purelib"])
+    )
+    (site_dir / "00-test-dependencies.pth").write_text("import _fi_patches_test_deps\n")
+    wheel = next(wheels.glob("fi_patches-*.whl"))
+    install = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            "--target",
+            str(site_dir),
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if install.returncode != 0:
+        pytest.fail(f"installing the wheel failed:\n{install.stderr[-3000:]}")
+    (venv / "bin" / "fi-patches-run").write_text(
+        f"#!{python}\nimport sys\nfrom fi_patches.cli.run import main\nsys.exit(main())\n"
+    )
+    (venv / "bin" / "fi-patches-run").chmod(0o755)
+    assert (site_dir / "fi_patches_auto.pth").is_file()
+    return python
+
+
+CONSUMER = """
+import json, os, sys
+{before}
+import flashinfer
+from flashinfer.gemm import gemm_base
+{after}
+import torch
+import fi_patches
+def offered(rows):
+    a = torch.empty(rows, {k}, dtype=torch.float8_e4m3fn)
+    b = torch.empty({n}, {k}, dtype=torch.float8_e4m3fn).t()
+    inputs = [a, b, torch.empty(1, dtype=torch.uint8), torch.empty(1, dtype=torch.uint8),
+              torch.bfloat16, torch.empty(rows, {n}, dtype=torch.bfloat16), torch.empty(1, dtype=torch.uint8)]
+    runner = gemm_base._cutedsl_low_latency_blockscaled_gemm_runner(103, True)
+    return [list(t) for t in runner.get_valid_tactics(inputs, None)]
+def report():
+    return {{"pinned": offered(8), "unpinned": len(offered(4)), "fi_patches_from": fi_patches.__file__}}
+if __name__ == "__main__":
+    if "--spawn" in sys.argv:
+        import multiprocessing as mp
+        ctx = mp.get_context("spawn")
+        with ctx.Pool(1) as pool:
+            child = pool.apply(report)
+        print(json.dumps({{"parent": report(), "child": child}}))
+    else:
+        print(json.dumps(report()))
+"""
+
+
+def consumer(tmp_path: Path, before: str = "", after: str = "") -> Path:
+    path = tmp_path / "consumer.py"
+    path.write_text(textwrap.dedent(CONSUMER.format(before=before, after=after, n=N, k=K)))
+    return path
+
+
+def run(
+    python: Path, args: list[str], tmp_path: Path, **env: str
+) -> subprocess.CompletedProcess[str]:
+    child = {
+        k: v for k, v in os.environ.items() if not k.startswith("FI_PATCHES_") and k != "PYTHONPATH"
+    }
+    child.update({"FI_PATCHES_DEVICE": "sm_103", **env})
+    return subprocess.run(
+        args if args[0] != "python" else [str(python), *args[1:]],
+        capture_output=True,
+        text=True,
+        env=child,
+        cwd=tmp_path,
+        timeout=600,
+        check=False,
+    )
+
+
+@pytest.fixture
+def pin(pinning) -> tuple[int, ...]:
+    return lowlat.non_split_alternative(N, K, 8)
+
+
+def _stock_count() -> int:
+    return len(lowlat.stock(N, K, 4))
+
+
+@pytest.mark.parametrize(
+    ("before", "after"), [("", "import fi_patches.auto"), ("import fi_patches.auto", "")]
+)
+def test_import_auto_before_or_after_flashinfer(installed_python, tmp_path, pin, before, after):
+    script = consumer(tmp_path, before, after)
+    result = run(
+        installed_python,
+        ["python", str(script)],
+        tmp_path,
+        FI_PATCHES_PINS=str(pins_file(tmp_path, pin)),
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["pinned"] == [list(pin)]
+    assert report["unpinned"] == _stock_count()
+    assert str(ROOT) not in report["fi_patches_from"]  # the installed wheel, not the checkout
+
+
+def test_fi_patches_auto_activates_an_unmodified_consumer_and_its_spawned_children(
+    installed_python, tmp_path, pin
+):
+    script = consumer(tmp_path)
+    env = {"FI_PATCHES_PINS": str(pins_file(tmp_path, pin)), "FI_PATCHES_AUTO": "1"}
+    result = run(installed_python, ["python", str(script), "--spawn"], tmp_path, **env)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["parent"]["pinned"] == [list(pin)]
+    assert report["child"]["pinned"] == [list(pin)]
+
+
+def test_fi_patches_run_activates_one_command(installed_python, tmp_path, pin):
+    script = consumer(tmp_path)
+    runner = installed_python.parent / "fi-patches-run"
+    result = run(
+        installed_python,
+        [str(runner), str(installed_python), str(script)],
+        tmp_path,
+        FI_PATCHES_PINS=str(pins_file(tmp_path, pin)),
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["pinned"] == [list(pin)]
+
+
+def test_without_the_variable_the_hook_imports_nothing(installed_python, tmp_path):
+    code = (
+        "import sys; print(sorted(m for m in sys.modules if m.startswith(('fi_patches', 'wrapt'))))"
+    )
+    result = run(installed_python, ["python", "-c", code], tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("problem", ["missing", "malformed"])
+def test_bad_pins_log_one_clear_error_and_leave_flashinfer_stock(
+    installed_python, tmp_path, pinning, problem
+):
+    path = tmp_path / "pins.toml"
+    if problem == "malformed":
+        path.write_text("[meta\n")
+    script = consumer(tmp_path)
+    result = run(
+        installed_python,
+        ["python", str(script)],
+        tmp_path,
+        FI_PATCHES_AUTO="1",
+        FI_PATCHES_PINS=str(path),
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert len(report["pinned"]) == len(lowlat.stock(N, K, 8)) > 1
+    errors = [
+        line for line in result.stderr.splitlines() if "fi_patches" in line and str(path) in line
+    ]
+    assert len(errors) == 1, result.stderr
+    assert "left FlashInfer stock" in errors[0]
+    assert ("cannot be read" if problem == "missing" else "TOML") in errors[0]
