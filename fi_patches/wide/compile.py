@@ -1,0 +1,164 @@
+"""Compile the wide kernel once per (tile, tactic, arch, PDL, types), rejecting invalid
+configurations first: the DSL compiles over-budget shared memory and fails only at launch."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from fi_patches._logging import get_logger
+from fi_patches.wide.arch import resolve_arch
+from fi_patches.wide.compiled import WideKernel, WideKey
+from fi_patches.wide.dtypes import MXFP8, GemmDtypes
+from fi_patches.wide.kernel import wide_kernel_class
+from fi_patches.wide.limits import CTA_M
+from fi_patches.wide.tactic import Tactic, as_tactic
+from fi_patches.wide.validity import config_reason
+
+logger = get_logger(__name__)
+
+POINTER_ALIGN = {"a": 16, "sfa": 32, "b": 16, "sfb": 16, "c": 16}
+"""Assumed alignment of each pointer, as FlashInfer's runner declares them (launches must
+meet them)."""
+
+_cache: dict[WideKey, WideKernel] = {}
+_lock = threading.Lock()
+
+
+class WideConfigError(ValueError):
+    """A wide tile or tactic the kernel cannot run; the message names the limit."""
+
+
+def check_config(
+    tile: int, tactic: Sequence[int], dtypes: GemmDtypes = MXFP8, *, arch: str | None = None
+) -> Tactic:
+    """``tactic`` as a :class:`Tactic`; WideConfigError with the reason when it is invalid."""
+    try:
+        checked = as_tactic(tactic)
+    except ValueError as exc:
+        raise WideConfigError(str(exc)) from None
+    reason = config_reason(tile, checked, dtypes, arch=arch)
+    if reason is not None:
+        raise WideConfigError(f"wide tile {tile} tactic {checked} is invalid: {reason}")
+    return checked
+
+
+def compile_wide(
+    tile: int,
+    tactic: Sequence[int],
+    *,
+    arch: str | None = None,
+    pdl: bool = True,
+    dtypes: GemmDtypes = MXFP8,
+    keep_artifacts: bool = True,
+    check: bool = True,
+) -> WideKernel:
+    """The kernel for ``tile`` activation rows and ``tactic``, compiled for ``arch`` (default:
+    the current device's, see :func:`~fi_patches.wide.arch.resolve_arch`) or taken from the
+    cache. No scale or bias; the output type is ``dtypes.c``.
+
+    ``check=False`` skips the validity check, to measure what the DSL does with a config that
+    does not fit (it compiles; the launch would fail): never launch such a kernel.
+    """
+    target = resolve_arch(arch)
+    if check:
+        checked = check_config(tile, tactic, dtypes, arch=target)
+    else:
+        try:
+            checked = as_tactic(tactic)
+        except ValueError as exc:
+            raise WideConfigError(str(exc)) from None
+    key = WideKey(tile, checked, target, bool(pdl), dtypes)
+    kernel = _cache.get(key)
+    if kernel is not None:
+        return kernel
+    with _lock:
+        kernel = _cache.get(key)
+        if kernel is None:
+            kernel = _compile(key, keep_artifacts)
+            _cache[key] = kernel
+    return kernel
+
+
+def cached_kernels() -> tuple[WideKernel, ...]:
+    """Every kernel compiled so far in this process."""
+    return tuple(_cache.values())
+
+
+def clear_cache() -> None:
+    """Forget compiled kernels (the next :func:`compile_wide` compiles again)."""
+    with _lock:
+        _cache.clear()
+
+
+def fake_arguments(dtypes: GemmDtypes, cta_k: int) -> tuple[Any, ...]:
+    """Placeholder pointers, problem and stream for ``cute.compile`` (the shape is dynamic)."""
+    import cutlass
+    import cutlass.cute as cute
+    from cutlass.cute.runtime import make_fake_stream, make_ptr
+
+    a_t, b_t, sf_t, _, c_t = dtypes.cutlass_types()
+
+    def ptr(dtype: Any, role: str) -> Any:
+        align = POINTER_ALIGN[role]
+        return make_ptr(dtype, align, cute.AddressSpace.gmem, assumed_align=align)
+
+    problem = tuple(cutlass.Int32(v) for v in (CTA_M, 8, cta_k, 1))
+    return (
+        ptr(a_t, "a"),
+        ptr(sf_t, "sfa"),
+        ptr(b_t, "b"),
+        ptr(sf_t, "sfb"),
+        ptr(c_t, "c"),
+        None,
+        None,
+        problem,
+        make_fake_stream(),
+    )
+
+
+def _compile(key: WideKey, keep_artifacts: bool) -> WideKernel:
+    import cutlass
+    import cutlass.cute as cute
+
+    cta_k, stages, sfb_stages, split_k = key.tactic
+    kernel = wide_kernel_class()(
+        acc_dtype=cutlass.Float32,
+        mma_tiler_mnk=(CTA_M, key.tile, cta_k),
+        num_ab_stage=stages,
+        num_sfb_tmem_stage=sfb_stages,
+        sf_vec_size=key.dtypes.sf_vec,
+        use_pdl=key.pdl,
+        split_k=split_k,
+    )
+    options = f"--gpu-arch {key.arch}"
+    dump_dir = tempfile.mkdtemp(prefix="fi_patches_wide_") if keep_artifacts else None
+    if dump_dir is not None and any(ch in dump_dir for ch in " ,\t"):
+        logger.warning("temp dir %r holds a separator; compiling without PTX/CUBIN", dump_dir)
+        shutil.rmtree(dump_dir, ignore_errors=True)
+        dump_dir = None
+    if dump_dir is not None:
+        options += f" --keep-ptx --keep-cubin --dump-dir {dump_dir}"
+    start = time.perf_counter()
+    try:
+        function = cute.compile(kernel, *fake_arguments(key.dtypes, cta_k), options=options)
+    finally:
+        if dump_dir is not None:
+            shutil.rmtree(dump_dir, ignore_errors=True)
+    seconds = time.perf_counter() - start
+    artifacts = getattr(function, "artifacts", None)
+    ptx = getattr(artifacts, "PTX", None)
+    cubin = getattr(artifacts, "CUBIN", None)
+    logger.info("compiled wide kernel %s in %.2f s", key, seconds)
+    return WideKernel(
+        key,
+        function,
+        ptx if isinstance(ptx, str) and not os.path.exists(ptx) else None,
+        cubin if isinstance(cubin, bytes) else None,
+        seconds,
+    )

@@ -1,0 +1,83 @@
+"""``wide_mm`` on an sm_100/sm_103 GPU against a float32 reference computed from the dequantized
+inputs (skipped, with the reason, anywhere else)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fi_patches.wide.tactics import wide_tactics
+from tests.wide_helpers import blackwell_or_skip, low_latency_or_skip
+
+pytestmark = pytest.mark.gpu
+
+N, K = 640, 1536
+EXTRA_TACTICS = ((128, 8, 1, 2), (128, 6, 1, 8), (256, 4, 1, 1), (256, 4, 1, 4), (512, 2, 1, 2))
+
+
+@pytest.fixture(scope="module")
+def gpu() -> Any:
+    low_latency_or_skip()
+    return blackwell_or_skip()
+
+
+def _operand(torch: Any, rows: int, k: int, seed: int) -> tuple[Any, Any, Any]:
+    """E4M3 values (exact quarter-integers), E8M0 scales in the standard swizzled layout, and
+    the dequantized float64 matrix."""
+    module = low_latency_or_skip()
+    gen = torch.Generator().manual_seed(seed)
+    values = torch.randint(-12, 13, (rows, k), generator=gen).to(torch.float32) / 4
+    quantized = values.to(torch.float8_e4m3fn)
+    exponents = torch.randint(124, 131, (rows, k // 32, 1), generator=gen, dtype=torch.uint8)
+    swizzled = module.reorder_scale_factors(exponents, rows, k, 32).reshape(-1).contiguous()
+    scale = torch.exp2(exponents[:, :, 0].to(torch.float64) - 127).repeat_interleave(32, dim=1)
+    return quantized, swizzled, quantized.to(torch.float64) * scale
+
+
+def _check(torch: Any, rows: int, n: int, k: int, **kwargs: Any) -> None:
+    from fi_patches.wide.mm import wide_mm
+
+    a, a_scale, a_ref = _operand(torch, rows, k, seed=rows)
+    w, w_scale, w_ref = _operand(torch, n, k, seed=1000 + n)
+    device = torch.device("cuda")
+    out = torch.full((rows, n), float("nan"), dtype=torch.bfloat16, device=device)
+    result = wide_mm(
+        a.to(device),
+        a_scale.to(device),
+        w.to(device).t(),
+        w_scale.to(device),
+        out=out,
+        **kwargs,
+    )
+    torch.cuda.synchronize()
+    assert result is out
+    got = out.cpu().to(torch.float64)
+    assert not torch.isnan(got).any(), "the kernel left poisoned outputs"
+    ref = (a_ref @ w_ref.T).to(torch.bfloat16).to(torch.float64)
+    torch.testing.assert_close(got, ref, rtol=1e-2, atol=1e-3 * float(ref.abs().max()))
+
+
+@pytest.mark.parametrize("rows", range(9, 49))
+def test_auto_tile_and_tactic(gpu: Any, rows: int) -> None:
+    _check(gpu, rows, N, K)
+
+
+@pytest.mark.parametrize("tile", (16, 32, 48))
+@pytest.mark.parametrize("tactic", EXTRA_TACTICS)
+def test_tactics(gpu: Any, tile: int, tactic: tuple[int, int, int, int]) -> None:
+    if tactic not in wide_tactics(N, K, tile):
+        pytest.skip(f"{tactic} is not valid at tile {tile}")
+    for rows in (tile - 7, tile):
+        _check(gpu, rows, N, K, tile=tile, tactic=tactic)
+
+
+def test_large_weight_and_tail(gpu: Any) -> None:
+    _check(gpu, 33, 7168, 512)
+    _check(gpu, 20, 200, 1024)
+
+
+def test_repacked_scales_for_rows_over_the_tile(gpu: Any) -> None:
+    _check(gpu, 40, N, K, tile=16, repack_scales=True)
+    with pytest.raises(ValueError, match="repack_scales=True"):
+        _check(gpu, 40, N, K, tile=16)
