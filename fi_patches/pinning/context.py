@@ -84,11 +84,20 @@ def applicable(
     return _view(resolved, tuple(sections)), tuple(sections)
 
 
+MODES = ("narrow", "preseed")
+
+
 @contextmanager
 def pinned_tactics(
     table: PinTable | str | os.PathLike[str] | Mapping[str, object] | None = None,
+    mode: str = "narrow",
 ) -> Iterator[PinTable | None]:
     """Offer FlashInfer's tuner only the pinned tactic for the problems ``table`` pins.
+
+    ``mode="narrow"`` (the default) narrows the tuner's candidates to the pin, so tuning
+    caches the pin (and it serves after the block). ``mode="preseed"`` instead writes the pins
+    into the tuner's cache for every pinned bucket, so tuning them profiles nothing; the
+    previous cache entries come back when the block exits.
 
     ``table`` is a :class:`PinTable`, a path to a TOML/JSON pin file, a mapping, or None for
     the default table (``FI_PATCHES_PINS``, else :func:`register_pins`). Blocks nest (the inner
@@ -97,12 +106,25 @@ def pinned_tactics(
     off, and tables chosen on another device or release, do nothing and log why once. Yields
     the active table, or None when nothing is pinned.
     """
+    if mode not in MODES:
+        raise ValueError(f"pinned_tactics(mode={mode!r}): mode must be one of {', '.join(MODES)}")
     active, sections = applicable(table)
     if active is None:
         yield None
         return
     from fi_patches.pinning import stack
     from fi_patches.pinning.installation import INSTALLATIONS
+
+    if mode == "preseed":
+        from fi_patches.pinning.preseed import preseeded
+
+        with preseeded(active, sections, current_device().sm_version or 0):
+            token = stack.push(active)  # pinned_mm and the wide runner read it
+            try:
+                yield active
+            finally:
+                stack.pop(token)
+        return
 
     features = {SECTIONS[s].feature for s in sections}
     with ExitStack() as held:

@@ -12,9 +12,12 @@ def round_up(value: int, multiple: int) -> int:
     return (value + multiple - 1) // multiple * multiple
 
 
-def mxfp8_runner_inputs(n: int, k: int, rows: int, out_dtype: Any = None) -> list[Any]:
+def mxfp8_runner_inputs(
+    n: int, k: int, rows: int, out_dtype: Any = None, workspace_bytes: int = 1
+) -> list[Any]:
     """``[a, b, a_scale, b_scale, out_dtype, out, workspace]`` for an MXFP8 GEMM of ``rows``
-    activation rows and an ``(n, k)`` weight (``b`` is its column-major ``(k, n)`` view)."""
+    activation rows and an ``(n, k)`` weight (``b`` is its column-major ``(k, n)`` view). The
+    tuner's cache key holds the workspace size: pass ``mm_mxfp8``'s to build its keys."""
     import torch
 
     out_dtype = out_dtype or torch.bfloat16
@@ -28,5 +31,5 @@ def mxfp8_runner_inputs(n: int, k: int, rows: int, out_dtype: Any = None) -> lis
     a_scale = torch.empty(round_up(rows, 128) * sf_k, dtype=torch.uint8, device=meta)
     b_scale = torch.empty(round_up(n, 128) * sf_k, dtype=torch.uint8, device=meta)
     out = torch.empty(rows, n, dtype=out_dtype, device=meta)
-    workspace = torch.empty(1, dtype=torch.uint8, device=meta)
+    workspace = torch.empty(workspace_bytes, dtype=torch.uint8, device=meta)
     return [a, b, a_scale, b_scale, out_dtype, out, workspace]

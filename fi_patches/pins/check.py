@@ -1,0 +1,71 @@
+"""Check a pin table against the installed FlashInfer and device, entry by entry: each tactic
+valid for its problem and row range, and the meta against what is installed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fi_patches.pins.schema import SECTIONS
+from fi_patches.pins.table import PinTable
+
+OK, INVALID, UNCHECKED = "OK", "invalid", "unchecked"
+
+
+@dataclass(frozen=True)
+class EntryCheck:
+    """One entry's verdict: ``state`` is OK, invalid or unchecked, with the reason."""
+
+    section: str
+    index: int
+    shape: str
+    rows: str
+    tactic: Any
+    state: str
+    reason: str
+
+
+def _describe(section: str, entry: Any) -> tuple[str, str]:
+    shape = f"{entry.n}x{entry.k}"
+    if hasattr(entry, "rows_text"):
+        return shape, entry.rows_text
+    return shape, f"tile {entry.tile}"
+
+
+def check_entries(table: PinTable) -> tuple[str | None, list[EntryCheck]]:
+    """The meta problem (or None) and a verdict per entry."""
+    from fi_patches.compat.device import current_device
+    from fi_patches.compat.evaluate import status_of
+    from fi_patches.compat.installed import installed_flashinfer
+    from fi_patches.pinning.validate import CHECKERS
+
+    meta_problem = table.skip_reason(current_device().arch, installed_flashinfer().version)
+    results: list[EntryCheck] = []
+    for name, section in SECTIONS.items():
+        entries = table.entries(name)
+        if not entries:
+            continue
+        record = status_of(section.feature)
+        checker = CHECKERS.get(name)
+        problems: dict[int, str] = {}
+        unchecked = None
+        if not record.enabled:
+            unchecked = f"{section.feature} is disabled here: {record.reason}"
+        elif checker is None:
+            unchecked = "no check exists for this section"
+        else:
+            for problem in checker(table):
+                index = int(problem.where.rsplit("#", 1)[1])
+                text = f"{problem.field} = {problem.value!r}: {problem.message}"
+                problems.setdefault(index, text)
+        for entry in entries:
+            shape, rows = _describe(name, entry)
+            tactic = entry.to_mapping()["tactic"]
+            if unchecked is not None:
+                state, reason = UNCHECKED, unchecked
+            elif entry.index in problems:
+                state, reason = INVALID, problems[entry.index]
+            else:
+                state, reason = OK, ""
+            results.append(EntryCheck(name, entry.index, shape, rows, tactic, state, reason))
+    return meta_problem, results

@@ -1,0 +1,36 @@
+"""Write a pin table's mapping as TOML (the standard library reads TOML but does not write it;
+pin tables hold only strings, integers, booleans and nested lists)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int):
+        return str(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string is a JSON string
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    raise TypeError(f"cannot write {type(value).__name__} {value!r} to a pin table")
+
+
+def dumps(data: Mapping[str, Any]) -> str:
+    """``data`` (a ``PinTable.to_mapping()``) as TOML: ``[meta]`` then arrays of tables."""
+    lines: list[str] = []
+    meta = data.get("meta", {})
+    lines.append("[meta]")
+    lines.extend(f"{key} = {_value(value)}" for key, value in meta.items())
+    for section, entries in data.items():
+        if section == "meta":
+            continue
+        for entry in entries:
+            lines.append("")
+            lines.append(f"[[{section}]]")
+            lines.extend(f"{key} = {_value(value)}" for key, value in entry.items())
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,140 @@
+"""``pins record`` (tuner cache -> pin table) and ``pins check`` against the real FlashInfer."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import fi_patches
+from fi_patches.cli import main
+from fi_patches.compat import refresh
+from fi_patches.pins import PinTable
+from fi_patches.pins.record import from_tuner, parse_file_key, read_cache, to_table
+from tests import cutedsl, lowlat
+from tests.conftest import require_feature
+from tests.mxfp8_inputs import Mxfp8Problem
+
+N, K = lowlat.SHAPE
+
+
+def tune(backend: str, rows: int) -> None:
+    import flashinfer
+
+    with flashinfer.autotune(True), pytest.raises(Exception, match="CUDA"):
+        flashinfer.mm_mxfp8(*Mxfp8Problem(N, K, rows).mm_args(), out_dtype=torch.bfloat16, backend=backend)
+
+
+@pytest.fixture
+def both(simulated):
+    refresh()
+    require_feature("pinned_tactics")
+    require_feature("pinned_cute_dsl")
+    return simulated
+
+
+def test_parse_file_key_reads_op_runner_and_profile():
+    key = (
+        "('mxfp8_gemm', 'CutedslLowLatencyBlockscaledGemmRunner', ((8, 1536), (1536, 7168), (-1,)), "
+        "(<class 'cutlass.base_dsl.typing.Float8E4M3FN'>, torch.bfloat16, True))"
+    )
+    assert parse_file_key(key) == ("mxfp8_gemm", "CutedslLowLatencyBlockscaledGemmRunner", ((8, 1536), (1536, 7168), (-1,)))
+    assert parse_file_key("not a key") is None
+
+
+@pytest.mark.simulated
+def test_cache_to_table_to_pinned_tuning_gives_the_same_tactics(both, tuner, tmp_path, capsys):
+    from flashinfer.autotuner import AutoTuner
+
+    tune("cutedsl_low_latency", 8)
+    tune("cute-dsl", 64)
+    tuned_ll = lowlat.cached_low_latency(tuner, N, K)
+    tuned_cute = cutedsl.cached(tuner, N, K)
+    cache = tmp_path / "cache.json"
+    AutoTuner.get().save_configs(str(cache))
+    out = tmp_path / "pins.toml"
+    assert main(["pins", "record", "--from", str(cache), "--out", str(out), "--device", "sm_103"]) == 0
+    assert "wrote" in capsys.readouterr().out
+    table = PinTable.from_file(out)
+    assert table.meta.device == "sm_103" and str(table.meta.flashinfer).startswith("==")
+    from fi_patches.pinning.validate import mxfp8_bucket_of
+
+    live = to_table(
+        from_tuner(), device="sm_103", flashinfer_version="0.7.4", source="live",
+        bucket_of=mxfp8_bucket_of(),
+    )
+    assert live.to_mapping()["low_latency"] == table.to_mapping()["low_latency"]
+    assert live.to_mapping()["cute_dsl"] == table.to_mapping()["cute_dsl"]
+
+    tuner.clear_cache()
+    both.clear()
+    with fi_patches.pinned_tactics(table):
+        tune("cutedsl_low_latency", 8)
+        tune("cute-dsl", 64)
+    assert lowlat.cached_low_latency(tuner, N, K) == tuned_ll
+    assert cutedsl.cached(tuner, N, K) == tuned_cute
+    assert all(len(both.offered(rows, lowlat.LL_CLASS)) == 1 for rows in (1, 2, 4, 8))
+
+
+@pytest.mark.simulated
+def test_a_v2_store_records_like_a_v1_file(both, tuner, tmp_path):
+    import flashinfer
+
+    if not hasattr(flashinfer, "autotune_v2"):
+        pytest.skip("this FlashInfer has no autotune_v2")
+    root = tmp_path / "store"
+    with flashinfer.autotune_v2(mode="tune", cache_root=str(root)), pytest.raises(Exception, match="CUDA"):
+        flashinfer.mm_mxfp8(*Mxfp8Problem(N, K, 8).mm_args(), out_dtype=torch.bfloat16, backend="cutedsl_low_latency")
+    entries, metadata = read_cache(root)
+    assert metadata.get("flashinfer_version") == flashinfer.__version__
+    assert {(e.runner, e.n, e.k) for e in entries} == {(lowlat.LL_CLASS, N, K)}
+    assert {e.bucket for e in entries} <= {1, 2, 4, 8} and entries
+
+
+def write(tmp_path, text: str):
+    path = tmp_path / "pins.toml"
+    path.write_text('[meta]\ndevice = "sm_103"\nflashinfer = ">=0.7.0"\n\n' + text)
+    return path
+
+
+def test_check_reports_each_entry_and_exits_by_the_worst(pinning, tmp_path, capsys):
+    good = lowlat.non_split_alternative(N, K, 8)
+    path = write(
+        tmp_path,
+        f"[[low_latency]]\nn = {N}\nk = {K}\nmin_rows = 5\nmax_rows = 8\ntactic = {list(good)}\n\n"
+        f"[[low_latency]]\nn = {N}\nk = {K}\nmin_rows = 1\nmax_rows = 3\ntactic = {list(good)}\n",
+    )
+    assert main(["pins", "check", str(path)]) == 1
+    out = capsys.readouterr().out
+    lines = [line for line in out.splitlines() if line.startswith("[[low_latency]]")]
+    assert "OK" in lines[0].split()
+    assert "invalid" in lines[1] and "split FlashInfer's tuner bucket of rows 3..4" in lines[1]
+
+    path = write(tmp_path, f"[[low_latency]]\nn = {N}\nk = {K}\nmin_rows = 5\nmax_rows = 8\ntactic = {list(good)}\n")
+    assert main(["pins", "check", str(path)]) == 0
+    assert "meta: OK" in capsys.readouterr().out
+
+
+def test_check_flags_a_table_from_another_device(pinning, tmp_path, capsys):
+    path = tmp_path / "pins.json"
+    path.write_text(json.dumps({"meta": {"device": "sm_100", "flashinfer": ">=0.7"}}))
+    assert main(["pins", "check", str(path)]) == 1
+    assert "meta: pins in" in capsys.readouterr().out
+
+
+def test_check_marks_entries_it_cannot_check_here(pinning, tmp_path, capsys):
+    from fi_patches.compat import status_of
+
+    if status_of("pinned_cute_dsl").enabled:
+        pytest.skip("the cute-dsl feature is enabled here, so its entries are checked")
+    path = write(tmp_path, f"[[cute_dsl]]\nn = {N}\nk = {K}\nmax_rows = 64\ntactic = [[128, 64], [1, 1], false, false, 1]\n")
+    assert main(["pins", "check", str(path)]) == 3
+    assert "unchecked  pinned_cute_dsl is disabled here" in capsys.readouterr().out
+
+
+def test_check_of_a_broken_file_exits_one(tmp_path, capsys):
+    path = tmp_path / "pins.toml"
+    path.write_text("[meta\n")
+    assert main(["pins", "check", str(path)]) == 1
+    assert "TOML" in capsys.readouterr().out
