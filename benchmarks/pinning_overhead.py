@@ -47,15 +47,19 @@ def import_ms(runs: int) -> tuple[float, list[str]]:
     )
     times, loaded = [], set()
     for _ in range(runs):
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-        ms, mods = (out.stdout.strip().split(" ") + [""])[:2]
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        )
+        ms, mods = [*out.stdout.strip().split(" "), ""][:2]
         times.append(float(ms))
         loaded.update(m for m in mods.split(",") if m)
     return statistics.median(times), sorted(loaded)
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--repeat", type=int, default=15)
     parser.add_argument("--number", type=int, default=2000)
     args = parser.parse_args()
@@ -67,9 +71,8 @@ def main() -> int:
     if not record.enabled:
         print(f"pinned_tactics is disabled here: {record.reason}")
         return 0
-    from flashinfer.gemm import gemm_base
-
     import cutlass  # noqa: F401  (imported by the runner; keep it out of the timings)
+    from flashinfer.gemm import gemm_base
 
     runner = gemm_base._cutedsl_low_latency_blockscaled_gemm_runner(103, True)
     n, k = 7168, 1536
@@ -121,25 +124,41 @@ def main() -> int:
         entered.clear()
         leave.clear()
     stock_pinned, stock_unpinned = best["stock pinned"], best["stock unpinned"]
-    in_pinned, in_unpinned, other_thread = best["in pinned"], best["in unpinned"], best["other thread"]
+    in_pinned, in_unpinned, other_thread = (
+        best["in pinned"],
+        best["in unpinned"],
+        best["other thread"],
+    )
 
     rows = []
     rows.append(("pinned problem (7168x1536, 8 rows)", stock_pinned, in_pinned, TARGET_PINNED))
-    rows.append(("unpinned problem (1536x7168, 8 rows)", stock_unpinned, in_unpinned, TARGET_UNPINNED))
-    rows.append(("no pins in this thread, wrappers installed", stock_pinned, other_thread, TARGET_UNPINNED))
+    rows.append(
+        ("unpinned problem (1536x7168, 8 rows)", stock_unpinned, in_unpinned, TARGET_UNPINNED)
+    )
+    rows.append(
+        ("no pins in this thread, wrappers installed", stock_pinned, other_thread, TARGET_UNPINNED)
+    )
 
-    print(f"FlashInfer {record.flashinfer}, low-latency runner get_valid_tactics, "
-          f"best of {args.repeat} alternating rounds of {args.number} calls")
+    print(
+        f"FlashInfer {record.flashinfer}, low-latency runner get_valid_tactics, "
+        f"best of {args.repeat} alternating rounds of {args.number} calls"
+    )
     print(f"{'case':<46}{'stock us':>10}{'fi_patches us':>15}{'ratio':>8}{'target':>9}  ok")
     for name, stock, ours, target in rows:
         ratio = ours / stock
-        print(f"{name:<46}{stock:>10.2f}{ours:>15.2f}{ratio:>8.2f}{'<=' + format(target, '.2f'):>9}  "
-              f"{'yes' if ratio <= target else 'NO'}")
+        print(
+            f"{name:<46}{stock:>10.2f}{ours:>15.2f}{ratio:>8.2f}{'<=' + format(target, '.2f'):>9}  "
+            f"{'yes' if ratio <= target else 'NO'}"
+        )
     ms, loaded = import_ms(15)
     print()
-    print(f"{'import fi_patches (median of 15 processes)':<46}{ms:>10.2f} ms   target <= {TARGET_IMPORT_MS:.0f} ms  "
-          f"{'yes' if ms <= TARGET_IMPORT_MS else 'NO'}")
-    print(f"{'modules loaded by it among torch/flashinfer/cutlass':<46}{(', '.join(loaded) or 'none'):>10}")
+    print(
+        f"{'import fi_patches (median of 15 processes)':<46}{ms:>10.2f} ms   target <= {TARGET_IMPORT_MS:.0f} ms  "
+        f"{'yes' if ms <= TARGET_IMPORT_MS else 'NO'}"
+    )
+    print(
+        f"{'modules loaded by it among torch/flashinfer/cutlass':<46}{(', '.join(loaded) or 'none'):>10}"
+    )
     return 0
 
 

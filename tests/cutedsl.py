@@ -6,8 +6,8 @@ from typing import Any
 
 import torch
 
-from fi_patches.pins import PinTable
 from fi_patches.pinning.targets import nested_tuple
+from fi_patches.pins import PinTable
 from tests.mxfp8_inputs import Mxfp8Problem
 
 CLASS = "CuteDSLMxfp8GemmRunner"

@@ -112,7 +112,7 @@ def _isolated_site(root: Path, packages: list[str]) -> Path:
     for name in packages:
         spec = importlib.util.find_spec(name)
         assert spec is not None and spec.submodule_search_locations
-        os.symlink(list(spec.submodule_search_locations)[0], site / name)
+        os.symlink(next(iter(spec.submodule_search_locations)), site / name)
     return site
 
 

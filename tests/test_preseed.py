@@ -31,7 +31,9 @@ def tune(backend: str, rows: int) -> None:
     import flashinfer
 
     with flashinfer.autotune(True), pytest.raises(Exception, match="CUDA"):
-        flashinfer.mm_mxfp8(*Mxfp8Problem(N, K, rows).mm_args(), out_dtype=torch.bfloat16, backend=backend)
+        flashinfer.mm_mxfp8(
+            *Mxfp8Problem(N, K, rows).mm_args(), out_dtype=torch.bfloat16, backend=backend
+        )
 
 
 def table(ll_pin, cute_pin) -> PinTable:
@@ -57,7 +59,9 @@ def test_pinned_buckets_profile_nothing_and_the_pin_is_chosen(both, tuner):
         assert cutedsl.cached(tuner, N, K)[64] == cutedsl.cached(tuner, N, K)[128] == cute_pin
     assert 8 not in lowlat.cached_low_latency(tuner, N, K)  # the seed is gone; no entry before
     assert 64 not in cutedsl.cached(tuner, N, K)
-    assert lowlat.cached_low_latency(tuner, N, K)[4] == tuple(lowlat.cached_low_latency(tuner, N, K)[4])
+    assert lowlat.cached_low_latency(tuner, N, K)[4] == tuple(
+        lowlat.cached_low_latency(tuner, N, K)[4]
+    )
 
 
 def test_previous_entries_come_back_on_exit(both, tuner):

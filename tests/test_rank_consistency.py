@@ -57,11 +57,19 @@ def test_every_rank_sees_the_same_candidate_lists(simulated, tmp_path):
     for rank in range(4):
         env = {k: v for k, v in os.environ.items() if not k.startswith("FI_PATCHES_")}
         env.update(
-            FI_PATCHES_DEVICE="sm_103", RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="4",
+            FI_PATCHES_DEVICE="sm_103",
+            RANK=str(rank),
+            LOCAL_RANK=str(rank),
+            WORLD_SIZE="4",
             PYTHONHASHSEED=str(1000 + 7 * rank),
         )
         result = subprocess.run(
-            [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=600, check=False
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=600,
+            check=False,
         )
         assert result.returncode == 0, result.stderr[-3000:]
         outputs.append(json.loads(result.stdout))

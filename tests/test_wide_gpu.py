@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from fi_patches.wide.tactics import wide_tactics
-from tests.wide_helpers import blackwell_or_skip, low_latency_or_skip
+from tests.wide_helpers import blackwell_or_skip, low_latency_or_skip, mxfp8_operand
 
 pytestmark = pytest.mark.gpu
 
@@ -22,24 +22,11 @@ def gpu() -> Any:
     return blackwell_or_skip()
 
 
-def _operand(torch: Any, rows: int, k: int, seed: int) -> tuple[Any, Any, Any]:
-    """E4M3 values (exact quarter-integers), E8M0 scales in the standard swizzled layout, and
-    the dequantized float64 matrix."""
-    module = low_latency_or_skip()
-    gen = torch.Generator().manual_seed(seed)
-    values = torch.randint(-12, 13, (rows, k), generator=gen).to(torch.float32) / 4
-    quantized = values.to(torch.float8_e4m3fn)
-    exponents = torch.randint(124, 131, (rows, k // 32, 1), generator=gen, dtype=torch.uint8)
-    swizzled = module.reorder_scale_factors(exponents, rows, k, 32).reshape(-1).contiguous()
-    scale = torch.exp2(exponents[:, :, 0].to(torch.float64) - 127).repeat_interleave(32, dim=1)
-    return quantized, swizzled, quantized.to(torch.float64) * scale
-
-
 def _check(torch: Any, rows: int, n: int, k: int, **kwargs: Any) -> None:
     from fi_patches.wide.mm import wide_mm
 
-    a, a_scale, a_ref = _operand(torch, rows, k, seed=rows)
-    w, w_scale, w_ref = _operand(torch, n, k, seed=1000 + n)
+    a, a_scale, a_ref = mxfp8_operand(torch, rows, k, seed=rows)
+    w, w_scale, w_ref = mxfp8_operand(torch, n, k, seed=1000 + n)
     device = torch.device("cuda")
     out = torch.full((rows, n), float("nan"), dtype=torch.bfloat16, device=device)
     result = wide_mm(

@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from fi_patches.cli import doctor, pins
+from fi_patches.cli import doctor, pins, precompile
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,6 +16,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     doctor.register(commands)
     pins.register(commands)
+    precompile.register(commands)
     return parser
 
 

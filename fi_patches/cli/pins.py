@@ -15,11 +15,15 @@ def register(commands: Any) -> None:
     parser = commands.add_parser("pins", help="record or check pin tables")
     verbs = parser.add_subparsers(dest="verb", required=True)
     record = verbs.add_parser("record", help="a pin table from a FlashInfer tuner cache")
-    record.add_argument("--from", dest="source", required=True, help="v1 JSON file or v2 store directory")
+    record.add_argument(
+        "--from", dest="source", required=True, help="v1 JSON file or v2 store directory"
+    )
     record.add_argument("--out", help="write the table here (.toml or .json); default: stdout")
     record.add_argument("--device", help="the device the cache was tuned on (default: this one)")
     record.set_defaults(run=run_record)
-    check = verbs.add_parser("check", help="validate a pin table here; exit 1 if any entry is invalid")
+    check = verbs.add_parser(
+        "check", help="validate a pin table here; exit 1 if any entry is invalid"
+    )
     check.add_argument("table", help="a .toml or .json pin table")
     check.set_defaults(run=run_check)
 
@@ -29,10 +33,10 @@ def run_record(args: argparse.Namespace) -> int:
 
     from fi_patches.compat.device import current_device, normalize_arch
     from fi_patches.compat.installed import installed_flashinfer
+    from fi_patches.pinning.validate import mxfp8_bucket_of
     from fi_patches.pins.errors import PinTableError
     from fi_patches.pins.record import read_cache, to_table
     from fi_patches.pins.toml_writer import dumps
-    from fi_patches.pinning.validate import mxfp8_bucket_of
 
     device = normalize_arch(args.device) if args.device else current_device().arch
     if device is None:
@@ -56,10 +60,16 @@ def run_record(args: argparse.Namespace) -> int:
         print(f"pins record: {exc}", file=sys.stderr)
         return 1
     mapping = table.to_mapping()
-    text = json.dumps(mapping, indent=2) + "\n" if str(args.out or "").endswith(".json") else dumps(mapping)
+    text = (
+        json.dumps(mapping, indent=2) + "\n"
+        if str(args.out or "").endswith(".json")
+        else dumps(mapping)
+    )
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")
-        counts = ", ".join(f"{len(v)} {k}" for k, v in mapping.items() if k != "meta") or "no entries"
+        counts = (
+            ", ".join(f"{len(v)} {k}" for k, v in mapping.items() if k != "meta") or "no entries"
+        )
         print(f"wrote {args.out}: {counts}")
     else:
         print(text, end="")
@@ -77,10 +87,13 @@ def run_check(args: argparse.Namespace) -> int:
         print(exc)
         return 1
     meta_problem, results = check_entries(table)
-    print(f"{args.table}: chosen on {table.meta.device}, FlashInfer {table.meta.flashinfer or 'any'}")
+    print(
+        f"{args.table}: chosen on {table.meta.device}, FlashInfer {table.meta.flashinfer or 'any'}"
+    )
     print(f"meta: {meta_problem or 'OK'}")
     rows = [
-        (f"[[{r.section}]] #{r.index}", r.shape, r.rows, r.tactic, r.state, r.reason) for r in results
+        (f"[[{r.section}]] #{r.index}", r.shape, r.rows, r.tactic, r.state, r.reason)
+        for r in results
     ]
     if rows:
         print(render(("entry", "weight", "rows", "tactic", "state", "reason"), rows))

@@ -4,6 +4,7 @@ FlashInfer, its internals, the device and the feature's self-check."""
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -163,9 +164,13 @@ def status() -> list[FeatureStatus]:
 
 def refresh() -> None:
     """Forget every verdict, so the next query probes FlashInfer and the device again."""
+    from fi_patches.pinning import resolve
     from fi_patches.pins.default import forget_loaded_files
 
     with _lock:
         _cache.clear()
         installed_flashinfer(refresh=True)
     forget_loaded_files()
+    resolve.forget()
+    if "fi_patches.mxfp8.routes" in sys.modules:
+        sys.modules["fi_patches.mxfp8.routes"].forget()

@@ -9,6 +9,7 @@ from fi_patches.compat.feature import Feature
 _DECLARATIONS = (
     "fi_patches.pinning.feature:FEATURE",
     "fi_patches.cute_dsl.feature:FEATURE",
+    "fi_patches.wide.feature:FEATURE",
 )
 
 

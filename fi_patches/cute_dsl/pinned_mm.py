@@ -47,6 +47,13 @@ def plan(
     n: int, k: int, rows: int, out_dtype: Any, inputs: list[Any], pins: TableLike | None = None
 ) -> Plan:
     """The plan for ``rows`` rows of weight ``(n, k)``: decided once per table and problem."""
+    return plan_with(n, k, rows, out_dtype, inputs, candidate_tables(pins))
+
+
+def plan_with(
+    n: int, k: int, rows: int, out_dtype: Any, inputs: list[Any], tables: tuple[Any, ...]
+) -> Plan:
+    """:func:`plan` over pin tables already resolved."""
     record = status_of(FEATURE)
     if not record.enabled:
         reason = f"{FEATURE} is disabled: {record.reason}"
@@ -58,14 +65,13 @@ def plan(
             reason,
         )
         return Plan(None, None, reason)
-    tables = candidate_tables(pins)
     entry, owner = None, None
     for table in tables:
         entry = lookup((table,), "cute_dsl", n, k, rows)
         if entry is not None:
             owner = table
             break
-    if entry is None:
+    if entry is None or owner is None:
         return Plan(None, None, f"no [[cute_dsl]] pin covers n={n} k={k} rows={rows}")
     out = inputs[5]
     key = (n, k, rows, out_dtype, out.is_contiguous(), str(inputs[0].device))

@@ -28,7 +28,8 @@ def all_subclasses(base: type) -> list[type]:
     seen: set[int] = set()
     stack = [base]
     while stack:
-        for sub in type.__subclasses__(stack.pop()):
+        subclasses: list[type] = type.__subclasses__(stack.pop())
+        for sub in subclasses:
             if id(sub) not in seen:
                 seen.add(id(sub))
                 found.append(sub)
@@ -68,7 +69,7 @@ class _SubclassWatch:
             if watch._original is not None:
                 watch._original.__get__(None, cls)(**kwargs)
             else:
-                super(base, cls).__init_subclass__(**kwargs)  # type: ignore[misc]
+                super(base, cls).__init_subclass__(**kwargs)  # type: ignore[arg-type, misc]
             for listener in list(watch.listeners):
                 try:
                     listener(cls)
@@ -129,13 +130,6 @@ class RunnerMethodPatch:
         """The live classes this patch has wrapped."""
         with _lock:
             return [cls for ref, _, _ in self._patched if (cls := ref()) is not None]
-
-    def _gate(
-        self, wrapped: Any, instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Any:
-        if not self.active:
-            return wrapped(*args, **kwargs)
-        return self.wrapper(wrapped, instance, args, kwargs)
 
     def _patch_class(self, cls: type) -> None:
         if not self.matches(cls):

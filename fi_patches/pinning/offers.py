@@ -58,7 +58,7 @@ def valid_tactics_replacement(target: PinnedRunner) -> Any:
                 if group is None:
                     return stock(self, inputs, profile, args, kwargs)
                 problem = problem_of(inputs, None)
-                entry = _covering(group, problem[2]) if problem else None
+                entry = _covering(group, problem[2]) if problem is not None else None
             except Exception:
                 log_once(
                     logger,
@@ -70,7 +70,7 @@ def valid_tactics_replacement(target: PinnedRunner) -> Any:
                     exc_info=True,
                 )
                 return stock(self, inputs, profile, args, kwargs)
-            if entry is None:
+            if entry is None or problem is None:
                 return stock(self, inputs, profile, args, kwargs)
             return _offer(target, entry, problem, original, self, inputs, (profile, *args), kwargs)
 

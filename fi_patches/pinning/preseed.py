@@ -14,10 +14,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from fi_patches.pins.table import PinTable
 from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
 from fi_patches.pinning.targets import GEMM_BASE
 from fi_patches.pinning.validate import mxfp8_bucket_of
+from fi_patches.pins.table import PinTable
 
 CUSTOM_OP = "mxfp8_gemm"
 _ABSENT: Any = object()
@@ -90,7 +90,9 @@ def seed_table(table: PinTable, sections: tuple[str, ...], sm: int) -> list[_See
             runner = _runner_for(section, sm)
             for entry in table.entries(section):
                 for bucket in _buckets(entry.min_rows, entry.max_rows, bucket_of):
-                    inputs = mxfp8_runner_inputs(entry.n, entry.k, bucket, workspace_bytes=workspace)
+                    inputs = mxfp8_runner_inputs(
+                        entry.n, entry.k, bucket, workspace_bytes=workspace
+                    )
                     key = AutoTuner._get_cache_key(
                         CUSTOM_OP,
                         runner,

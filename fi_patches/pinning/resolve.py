@@ -11,19 +11,51 @@ from typing import Any
 from fi_patches._logging import get_logger, log_once
 from fi_patches.compat.device import current_device
 from fi_patches.compat.installed import installed_flashinfer
-from fi_patches.pins.default import as_table, default_pins
+from fi_patches.pinning import stack
+from fi_patches.pins.default import ENV, as_table, default_pins, registered_pins
 from fi_patches.pins.errors import PinTableError
 from fi_patches.pins.table import PinTable
-from fi_patches.pinning import stack
 
 logger = get_logger(__name__)
 
 TableLike = PinTable | str | os.PathLike[str] | Mapping[str, object]
 
 
+_memo: dict[tuple[Any, ...], tuple[PinTable, ...]] = {}
+
+
 def candidate_tables(pins: TableLike | None) -> tuple[PinTable, ...]:
     """The tables to consult, in priority order, dropping (and logging once) a table chosen on
-    another device or release, and a bad default table."""
+    another device or release, and a bad default table. Memoized on what they depend on (the
+    active tables, ``FI_PATCHES_PINS``, the registered table), as hot paths ask on every call;
+    ``fi_patches.refresh()`` forgets it."""
+    if pins is None or isinstance(pins, PinTable):
+        key = (pins, stack.active_tables(), os.environ.get(ENV), registered_pins())
+        found = _memo.get(key)
+        if found is None:
+            found = _memo[key] = _candidate_tables(pins)
+        return found
+    return _candidate_tables(pins)
+
+
+_generation = 0
+"""Bumped whenever what :func:`candidate_tables` depends on may have changed, so callers can
+cache on ``state_key()`` without asking it again."""
+
+
+def forget() -> None:
+    global _generation
+    _memo.clear()
+    _generation += 1
+
+
+def state_key(pins: object = None) -> tuple[object, ...]:
+    """A cheap key that changes whenever ``candidate_tables(pins)`` may change: the explicit
+    table, this context's scope, the process tables and the registered/default table."""
+    return (pins, stack._scope.get(), stack._process_version, _generation, registered_pins())
+
+
+def _candidate_tables(pins: TableLike | None) -> tuple[PinTable, ...]:
     if pins is not None:
         tables: tuple[PinTable, ...] = (as_table(pins),)
     else:

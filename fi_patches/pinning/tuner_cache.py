@@ -33,7 +33,9 @@ def _pinned_miss(result: Any, args: tuple[Any, ...], kwargs: dict[str, Any], ind
     if target is None or inputs is None or type(runner).__module__ != target.module:
         return False
     problem = target.problem(inputs, shapes)
-    entry = find(index, target.section, *problem) if problem else None
+    if problem is None:
+        return False
+    entry = find(index, target.section, *problem)
     if entry is None or (not target.silenced and target.normalize(tactic) == entry.tactic):
         return False
     logger.debug(

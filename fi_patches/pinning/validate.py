@@ -127,7 +127,8 @@ def check_cute_dsl(table: PinTable) -> list[PinProblem]:
             try:
                 reason = why_not_runnable(runner, inputs, entry.tactic)
             except Exception as exc:
-                reason = f"FlashInfer's cute-dsl runner could not list its tactics ({type(exc).__name__}: {exc})"
+                error = f"{type(exc).__name__}: {exc}"
+                reason = f"FlashInfer's cute-dsl runner could not list its tactics ({error})"
             if reason is not None:
                 problems.append(
                     PinProblem(
@@ -142,7 +143,33 @@ def check_cute_dsl(table: PinTable) -> list[PinProblem]:
     return problems
 
 
-CHECKERS: dict[str, Checker] = {"low_latency": check_low_latency, "cute_dsl": check_cute_dsl}
+def check_wide(table: PinTable) -> list[PinProblem]:
+    """Problems of the ``[[wide]]`` entries: each tactic must fit its tile on this device."""
+    from fi_patches.compat.device import current_device
+    from fi_patches.wide.pins import wide_pin_reason
+
+    arch = f"{current_device().arch or 'sm_100'}a"
+    problems = []
+    for entry in table.entries("wide"):
+        reason = wide_pin_reason(entry.n, entry.k, entry.tile, entry.tactic, arch=arch)
+        if reason is not None:
+            problems.append(
+                PinProblem(
+                    table.source,
+                    f"[[wide]] #{entry.index}",
+                    "tactic",
+                    list(entry.tactic),
+                    f"cannot run n={entry.n} k={entry.k} at tile {entry.tile}: {reason}",
+                )
+            )
+    return problems
+
+
+CHECKERS: dict[str, Checker] = {
+    "low_latency": check_low_latency,
+    "cute_dsl": check_cute_dsl,
+    "wide": check_wide,
+}
 
 _checked: weakref.WeakKeyDictionary[PinTable, tuple[str, ...]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()

@@ -58,6 +58,14 @@ def register_pins(table: PinTable | str | os.PathLike[str] | Mapping[str, object
     resolved = None if table is None else as_table(table)
     with _lock:
         _registered = resolved
+    from fi_patches.pinning import resolve
+
+    resolve.forget()
+
+
+def registered_pins() -> PinTable | None:
+    """What :func:`register_pins` set, or None."""
+    return _registered
 
 
 def default_pins() -> PinTable:

@@ -40,7 +40,7 @@ class FieldReader:
             self.problem(name, None, "is required")
         return default
 
-    def int(
+    def integer(
         self, name: str, lo: int | None = None, hi: int | None = None, default: Any = _MISSING
     ) -> int | None:
         value = self._get(name, default)
@@ -59,7 +59,7 @@ class FieldReader:
             return None
         return value
 
-    def str(self, name: str, default: Any = _MISSING) -> str | None:
+    def string(self, name: str, default: Any = _MISSING) -> str | None:
         value = self._get(name, default)
         if value is None or (value is default and default is not _MISSING):
             return value

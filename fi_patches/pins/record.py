@@ -91,7 +91,9 @@ def from_v1_file(path: Path) -> tuple[list[TunedEntry], dict[str, Any]]:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as exc:
-        raise PinTableError([PinProblem(str(path), "tuner cache", None, None, f"cannot be read ({exc})")]) from exc
+        raise PinTableError(
+            [PinProblem(str(path), "tuner cache", None, None, f"cannot be read ({exc})")]
+        ) from exc
     entries = []
     for key, value in data.items():
         if key.startswith("_") or not isinstance(value, list) or len(value) < 2:
@@ -155,7 +157,9 @@ def _bucket_rows(bucket_of: Callable[[int], int], bucket: int) -> tuple[int, int
     return (min(rows), max(rows)) if rows else (bucket, bucket)
 
 
-def _merged(entries: Iterable[TunedEntry], bucket_of: Callable[[int], int]) -> Iterator[dict[str, Any]]:
+def _merged(
+    entries: Iterable[TunedEntry], bucket_of: Callable[[int], int]
+) -> Iterator[dict[str, Any]]:
     by_shape: dict[tuple[str, int, int], list[TunedEntry]] = {}
     for e in entries:
         by_shape.setdefault((e.runner, e.n, e.k), []).append(e)
@@ -168,7 +172,14 @@ def _merged(entries: Iterable[TunedEntry], bucket_of: Callable[[int], int]) -> I
             else:
                 ranges.append([lo, hi, e.tactic])
         for lo, hi, tactic in ranges:
-            yield {"runner": runner, "n": n, "k": k, "min_rows": lo, "max_rows": hi, "tactic": tactic}
+            yield {
+                "runner": runner,
+                "n": n,
+                "k": k,
+                "min_rows": lo,
+                "max_rows": hi,
+                "tactic": tactic,
+            }
 
 
 def _as_toml(tactic: Any) -> Any:

@@ -56,23 +56,23 @@ class PinMeta:
 
 def parse_meta(reader: FieldReader) -> PinMeta | None:
     """The ``[meta]`` table; None (with problems recorded) when it is invalid."""
-    schema = reader.int("schema", lo=1, default=SCHEMA_VERSION)
+    schema = reader.integer("schema", lo=1, default=SCHEMA_VERSION)
     if schema is not None and schema > SCHEMA_VERSION:
         reader.problem(
             "schema", schema, f"this fi_patches reads schema {SCHEMA_VERSION}; upgrade fi_patches"
         )
-    device = reader.str("device")
+    device = reader.string("device")
     if device is not None and device != "*" and normalize_arch(device) is None:
         reader.problem("device", device, "must be an arch such as 'sm_103', or '*' for any device")
-    spec_text = reader.str("flashinfer")
+    spec_text = reader.string("flashinfer")
     spec = None
     if spec_text is not None:
         try:
             spec = parse_specifier(spec_text)
         except ValueError as exc:
             reader.problem("flashinfer", spec_text, str(exc))
-    note = reader.str("note", default="")
-    source = reader.str("source", default="")
+    note = reader.string("note", default="")
+    source = reader.string("source", default="")
     reader.reject_unknown(("schema", "device", "flashinfer", "note", "source"))
     if device is None or spec is None or schema is None:
         return None
@@ -119,10 +119,10 @@ class LowLatencyPin(RowRangePin):
 
 
 def _parse_low_latency(reader: FieldReader, index: int) -> LowLatencyPin | None:
-    n = reader.int("n", lo=1)
-    k = reader.int("k", lo=1)
-    min_rows = reader.int("min_rows", lo=1, hi=LOW_LATENCY_MAX_ROWS, default=1)
-    max_rows = reader.int("max_rows", lo=1, hi=LOW_LATENCY_MAX_ROWS)
+    n = reader.integer("n", lo=1)
+    k = reader.integer("k", lo=1)
+    min_rows = reader.integer("min_rows", lo=1, hi=LOW_LATENCY_MAX_ROWS, default=1)
+    max_rows = reader.integer("max_rows", lo=1, hi=LOW_LATENCY_MAX_ROWS)
     tactic = reader.int_tuple("tactic", 4)
     reader.reject_unknown(("n", "k", "min_rows", "max_rows", "tactic"))
     if min_rows is not None and max_rows is not None and min_rows > max_rows:
@@ -152,9 +152,9 @@ class WidePin:
 
 
 def _parse_wide(reader: FieldReader, index: int) -> WidePin | None:
-    n = reader.int("n", lo=1)
-    k = reader.int("k", lo=1)
-    tile = reader.int("tile", lo=8, hi=WIDE_MAX_TILE)
+    n = reader.integer("n", lo=1)
+    k = reader.integer("k", lo=1)
+    tile = reader.integer("tile", lo=8, hi=WIDE_MAX_TILE)
     tactic = reader.int_tuple("tactic", 4)
     reader.reject_unknown(("n", "k", "tile", "tactic"))
     if tile is not None and tile % 8:
@@ -206,9 +206,12 @@ class CuteDslPin(RowRangePin):
 
 
 def _int_pair(value: object) -> tuple[int, int] | None:
-    if isinstance(value, (list, tuple)) and len(value) == 2:
-        if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
-            return (value[0], value[1])
+    if (
+        isinstance(value, (list, tuple))
+        and len(value) == 2
+        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+    ):
+        return (value[0], value[1])
     return None
 
 
@@ -233,10 +236,10 @@ _IMPLICIT_MIN = 0
 
 
 def _parse_cute_dsl(reader: FieldReader, index: int) -> CuteDslPin | None:
-    n = reader.int("n", lo=1)
-    k = reader.int("k", lo=1)
-    min_rows = reader.int("min_rows", lo=1, default=_IMPLICIT_MIN)
-    max_rows = reader.int("max_rows", lo=1)
+    n = reader.integer("n", lo=1)
+    k = reader.integer("k", lo=1)
+    min_rows = reader.integer("min_rows", lo=1, default=_IMPLICIT_MIN)
+    max_rows = reader.integer("max_rows", lo=1)
     raw = reader.raw("tactic")
     tactic = parse_cute_dsl_tactic(raw) if raw is not None else None
     if raw is not None and tactic is None:
@@ -284,7 +287,8 @@ def check_cute_dsl(
                     f"[[{section}]] #{entry.index}",
                     "max_rows",
                     entry.max_rows,
-                    f"repeats the previous entry's rows (this range would start at {entry.min_rows})",
+                    "repeats the previous entry's rows "
+                    f"(this range would start at {entry.min_rows})",
                 )
             )
     check_row_overlaps(section, [e for e in filled if e.min_rows <= e.max_rows], source, problems)

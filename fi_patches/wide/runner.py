@@ -1,0 +1,164 @@
+"""A FlashInfer ``TunableRunner`` for the wide low-latency kernel, so ``flashinfer.autotune()`` and
+``AutoTuner.choose_one`` tune wide tiles like any FlashInfer op, on ``mm_mxfp8``'s inputs.
+
+Its tactics are ``(tile, cta_k, ab_stages, sfb_tmem_stages, split_k)``: the tile travels with
+the tactic, so a cached winner is self-describing. It offers tactics for more than 8 and at
+most ``max_rows`` rows; a ``[[wide]]`` pin of the active tables narrows the offer to the pin,
+and ``validate_tactic`` (FlashInfer's runner contract) turns a cached non-pinned or too-narrow
+tactic into a cache miss.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+from fi_patches._logging import get_logger, log_once
+from fi_patches.wide.tile import TILE_ROUNDING, WIDE_MAX_ROWS, pick_tile
+
+logger = get_logger(__name__)
+
+CLASS_NAME = "WideLowLatencyGemmRunner"
+CUSTOM_OP = "fi_patches_wide_mxfp8_gemm"
+
+WideTactic = tuple[int, int, int, int, int]
+
+
+def _problem(inputs: list[Any]) -> tuple[int, int, int]:
+    a, b = inputs[0], inputs[1]
+    return int(b.shape[1]), int(a.shape[1]), int(a.shape[0])
+
+
+@functools.cache
+def runner_class() -> type:
+    """The runner class (built on first use: it derives from FlashInfer's ``TunableRunner``)."""
+    import torch
+    from flashinfer.autotuner import TunableRunner
+
+    from fi_patches.pinning import stack
+    from fi_patches.wide.choose import choose_tactic
+    from fi_patches.wide.compile import compile_wide
+    from fi_patches.wide.launch import launch_wide
+    from fi_patches.wide.tactics import wide_tactics
+    from fi_patches.wide.validity import invalid_reason
+
+    class WideLowLatencyGemmRunner(TunableRunner):  # type: ignore[misc]
+        """Wide low-latency MXFP8 GEMM tactics for ``mm_mxfp8``'s 7 inputs."""
+
+        def __init__(
+            self, pdl: bool = True, max_rows: int = WIDE_MAX_ROWS, rounding: int = TILE_ROUNDING
+        ) -> None:
+            self.pdl = pdl
+            self.max_rows = max_rows
+            self.rounding = rounding
+
+        def serves(self, inputs: list[Any]) -> bool:
+            out = inputs[5]
+            rows = inputs[0].shape[0]
+            return 8 < rows <= self.max_rows and out.dtype == torch.bfloat16
+
+        def tile_for(self, rows: int) -> int:
+            return pick_tile(rows, rounding=self.rounding, max_rows=self.max_rows)
+
+        def get_cache_key_extras(self, inputs: list[Any]) -> tuple[Any, ...]:
+            return (str(inputs[5].dtype), self.pdl, self.max_rows, self.rounding)
+
+        def get_valid_tactics(self, inputs: list[Any], profile: Any = None) -> list[WideTactic]:
+            if not self.serves(inputs):
+                return []
+            n, k, rows = _problem(inputs)
+            tile = self.tile_for(rows)
+            pin = stack.lookup_wide(stack.active_tables(), n, k, tile)
+            if pin is not None:
+                if invalid_reason((n, rows, k, 1), tile, pin.tactic) is None:
+                    return [(tile, *pin.tactic)]
+                log_once(
+                    logger,
+                    logging.WARNING,
+                    f"widepin:{n}:{k}:{tile}:{pin.tactic}",
+                    "[[wide]] pin %s cannot run n=%d k=%d rows=%d; offering every tactic",
+                    pin.tactic,
+                    n,
+                    k,
+                    rows,
+                )
+            return [(tile, *t) for t in wide_tactics(n, k, tile)]
+
+        def validate_tactic(self, inputs: list[Any], tactic: Any) -> bool:
+            """False for a cached tactic that is too narrow for these rows, or not the pin of
+            its tile while one is active (FlashInfer then treats the entry as a miss)."""
+            if not isinstance(tactic, (tuple, list)) or len(tactic) != 5:
+                return False
+            n, k, rows = _problem(inputs)
+            tile = int(tactic[0])
+            if rows > tile:
+                return False
+            pin = stack.lookup_wide(stack.active_tables(), n, k, tile)
+            return pin is None or tuple(tactic[1:]) == tuple(pin.tactic)
+
+        def precompile_tactics(
+            self, inputs: list[Any], tactics: list[Any], profile: Any, **kwargs: Any
+        ) -> bool:
+            for tactic in tactics:
+                compile_wide(int(tactic[0]), tuple(tactic[1:]), pdl=self.pdl)
+            return True
+
+        def _resolve(self, inputs: list[Any], tactic: Any) -> tuple[int, Any]:
+            n, k, rows = _problem(inputs)
+            if tactic is not None and tactic != -1 and self.validate_tactic(inputs, tactic):
+                return int(tactic[0]), tuple(tactic[1:])
+            if tactic is not None and tactic != -1:
+                log_once(
+                    logger,
+                    logging.WARNING,
+                    f"widefallback:{tactic}:{rows}",
+                    "wide tactic %s cannot serve %d rows; running the default wide tactic",
+                    tactic,
+                    rows,
+                )
+            tile = self.tile_for(rows)
+            return tile, choose_tactic(n, k, tile, rows)
+
+        def forward(
+            self, inputs: list[Any], tactic: Any = -1, do_preparation: bool = False, **kwargs: Any
+        ) -> Any:
+            a, b, a_scale, b_scale, _, out, _ = inputs
+            tile, chosen = self._resolve(inputs, tactic)
+            kernel = compile_wide(tile, chosen, pdl=self.pdl)
+            if do_preparation:
+                return out
+            return launch_wide(kernel, b.t(), b_scale, a, a_scale, out)
+
+    WideLowLatencyGemmRunner.__qualname__ = CLASS_NAME
+    return WideLowLatencyGemmRunner
+
+
+@functools.cache
+def wide_runner(
+    pdl: bool = True, max_rows: int = WIDE_MAX_ROWS, rounding: int = TILE_ROUNDING
+) -> Any:
+    """The wide runner for these options (one instance each, like FlashInfer's cached runners)."""
+    return runner_class()(pdl, max_rows, rounding)
+
+
+def tuned_wide_mm(a: Any, a_scale: Any, weight: Any, weight_scale: Any, *, out: Any = None) -> Any:
+    """``wide_mm`` with the tactic FlashInfer's tuner chose (tuned inside ``flashinfer.autotune()``,
+    from its cache afterwards); inputs as ``mm_mxfp8`` takes them."""
+    import importlib
+
+    import torch
+    from flashinfer.autotuner import AutoTuner
+
+    gemm_base = importlib.import_module("flashinfer.gemm.gemm_base")
+    rows, n = a.shape[0], weight.shape[1]
+    if out is None:
+        out = torch.empty(rows, n, dtype=torch.bfloat16, device=a.device)
+    from fi_patches.cute_dsl.runner import workspace
+
+    inputs = [a, weight, a_scale, weight_scale, torch.bfloat16, out, workspace(a.device)]
+    runner = wide_runner()
+    chosen, tactic = AutoTuner.get().choose_one(
+        CUSTOM_OP, [runner], gemm_base._MM_MXFP8_CUTE_DSL_TUNING_CONFIG, inputs
+    )
+    return chosen(inputs, tactic=tactic)
