@@ -84,3 +84,13 @@ def simulated(monkeypatch: pytest.MonkeyPatch, pinning: str) -> Any:
     from tests import simulation
 
     return simulation.install(monkeypatch)
+
+
+@pytest.fixture
+def both(simulated: Any) -> Any:
+    """The simulation with both tuner-pinning features enabled (the cute-dsl one needs the
+    simulated device properties), else a skip naming why."""
+    refresh()
+    require_feature("pinned_tactics")
+    require_feature("pinned_cute_dsl")
+    return simulated

@@ -9,11 +9,9 @@ import torch
 
 import fi_patches
 from fi_patches.cli import main
-from fi_patches.compat import refresh
 from fi_patches.pins import PinTable
 from fi_patches.pins.record import from_tuner, parse_file_key, read_cache, to_table
 from tests import cutedsl, lowlat
-from tests.conftest import require_feature
 from tests.mxfp8_inputs import Mxfp8Problem
 
 N, K = lowlat.SHAPE
@@ -26,14 +24,6 @@ def tune(backend: str, rows: int) -> None:
         flashinfer.mm_mxfp8(
             *Mxfp8Problem(N, K, rows).mm_args(), out_dtype=torch.bfloat16, backend=backend
         )
-
-
-@pytest.fixture
-def both(simulated):
-    refresh()
-    require_feature("pinned_tactics")
-    require_feature("pinned_cute_dsl")
-    return simulated
 
 
 def test_parse_file_key_reads_op_runner_and_profile():

@@ -8,23 +8,13 @@ import pytest
 import torch
 
 import fi_patches
-from fi_patches.compat import refresh
 from fi_patches.pins import PinTable
 from tests import cutedsl, lowlat
-from tests.conftest import require_feature
 from tests.mxfp8_inputs import Mxfp8Problem
 
 N, K = lowlat.SHAPE
 
 pytestmark = pytest.mark.simulated
-
-
-@pytest.fixture
-def both(simulated):
-    refresh()
-    require_feature("pinned_tactics")
-    require_feature("pinned_cute_dsl")
-    return simulated
 
 
 def tune(backend: str, rows: int) -> None:

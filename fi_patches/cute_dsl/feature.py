@@ -4,7 +4,8 @@ from packaging.specifiers import SpecifierSet
 
 from fi_patches.compat.feature import Feature
 from fi_patches.compat.probes import AnyOfProbe, CallableProbe, FactoryClassProbe
-from fi_patches.pinning.targets import AUTOTUNER, CUTE_DSL_CLASS, CUTE_DSL_FACTORY, GEMM_BASE
+from fi_patches.pinning.feature import TUNER_PROBES
+from fi_patches.pinning.targets import CUTE_DSL_CLASS, CUTE_DSL_FACTORY, GEMM_BASE
 
 FEATURE = Feature(
     name="pinned_cute_dsl",
@@ -36,12 +37,7 @@ FEATURE = Feature(
             "flashinfer.gemm.kernels.dense_blockscaled_gemm_sm100_splitk",
             "Sm100BlockScaledSplitKGemmKernel.mma_tiler_mn_for_m",
         ),
-        CallableProbe(AUTOTUNER, "TunableRunner.get_valid_tactics", ("inputs", "profile")),
-        CallableProbe(
-            AUTOTUNER,
-            "AutoTuner.search_cache",
-            ("custom_op", "runners", "input_shapes", "tuning_config", "inputs"),
-        ),
+        *TUNER_PROBES,
     ),
     self_check="fi_patches.cute_dsl.self_check:self_check",
 )

@@ -12,6 +12,18 @@ from fi_patches.pinning.targets import (
     LOW_LATENCY_MODULE,
 )
 
+TUNER_PROBES = (
+    AttributeProbe(GEMM_BASE, "_MM_MXFP8_CUTE_DSL_TUNING_CONFIG.dynamic_tensor_specs"),
+    CallableProbe(AUTOTUNER, "TunableRunner.get_valid_tactics", ("inputs", "profile")),
+    CallableProbe(
+        AUTOTUNER,
+        "AutoTuner.search_cache",
+        ("custom_op", "runners", "input_shapes", "tuning_config", "inputs"),
+    ),
+)
+"""What pinning any tuned runner needs: its bucket map, the runner contract and the cache
+lookup the tuner-cache wrapper sits on."""
+
 FEATURE = Feature(
     name="pinned_tactics",
     summary=(
@@ -33,13 +45,7 @@ FEATURE = Feature(
             LOW_LATENCY_CLASS,
             ("get_valid_tactics", "get_cache_key_extras", "forward"),
         ),
-        AttributeProbe(GEMM_BASE, "_MM_MXFP8_CUTE_DSL_TUNING_CONFIG.dynamic_tensor_specs"),
-        CallableProbe(AUTOTUNER, "TunableRunner.get_valid_tactics", ("inputs", "profile")),
-        CallableProbe(
-            AUTOTUNER,
-            "AutoTuner.search_cache",
-            ("custom_op", "runners", "input_shapes", "tuning_config", "inputs"),
-        ),
+        *TUNER_PROBES,
     ),
     self_check="fi_patches.pinning.self_check:self_check",
 )
