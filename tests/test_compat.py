@@ -15,7 +15,7 @@ from fi_patches.cli import main
 from fi_patches.compat.device import current_device, normalize_arch
 from fi_patches.compat.probes import AttributeProbe, CallableProbe, FactoryClassProbe, ModuleProbe
 from fi_patches.compat.versions import is_newer_than, is_verified, parse_specifier
-from tests.conftest import flashinfer_or_skip
+from tests.conftest import flashinfer_or_skip, require_release_supports
 
 VERIFIED = SpecifierSet(">=0.7.0,<=0.7.4")
 
@@ -74,7 +74,7 @@ def test_device_env_overrides_and_rejects_nonsense(monkeypatch):
 
 
 def test_probes_against_the_real_flashinfer():
-    flashinfer_or_skip()
+    require_release_supports("pinned_tactics")
     base = "flashinfer.gemm.gemm_base"
     assert ModuleProbe(base).check() is None
     assert (
@@ -113,10 +113,8 @@ def test_status_has_one_record_per_feature_with_the_fields():
 
 
 def test_status_enabled_on_simulated_sm103(sm103):
-    flashinfer_or_skip()
+    require_release_supports("pinned_tactics")
     record = {r.name: r for r in fi_patches.status()}["pinned_tactics"]
-    if record.flashinfer in ("0.7.0", "0.7.0.post1"):
-        pytest.skip("import flashinfer fails on CPU for this release")
     assert record.enabled, record.reason
     assert record.device == "sm_103"
     assert record.pins == "no pins (FI_PATCHES_PINS unset and none registered)"

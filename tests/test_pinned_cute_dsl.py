@@ -156,11 +156,9 @@ def test_pinned_tactics_rejects_a_cute_dsl_pin_the_runner_cannot_run(cute):
 
 def test_without_the_device_the_feature_says_why(sm103):
     from fi_patches.compat import status_of
-    from tests.conftest import flashinfer_or_skip
+    from tests.conftest import require_release_supports
 
-    flashinfer_or_skip()
+    require_release_supports("pinned_cute_dsl")
     record = status_of("pinned_cute_dsl")
-    if record.flashinfer in ("0.7.0", "0.7.0.post1"):
-        pytest.skip("import flashinfer fails on CPU for this release")
     assert not record.enabled
     assert "reads the CUDA device's SM count to list its tactics" in record.reason

@@ -13,7 +13,7 @@ from fi_patches.pins import PinTable, PinTableError
 from fi_patches.wide.runner import CUSTOM_OP, wide_runner
 from fi_patches.wide.tactics import wide_tactics
 from fi_patches.wide.tile import pick_tile
-from tests.conftest import flashinfer_or_skip, require_feature
+from tests.conftest import flashinfer_or_skip, require_feature, require_release_supports
 from tests.mxfp8_inputs import Mxfp8Problem
 
 N, K = 7168, 1536
@@ -47,7 +47,7 @@ def test_enabled_on_sm103_with_its_self_check(wide):
 
 
 def test_disabled_on_a_device_it_does_not_support(monkeypatch):
-    flashinfer_or_skip()
+    require_release_supports("wide_tile")
     monkeypatch.setenv("FI_PATCHES_DEVICE", "sm_90")
     refresh()
     record = status_of("wide_tile")
