@@ -70,7 +70,13 @@ def test_device_env_overrides_and_rejects_nonsense(monkeypatch):
     assert device.arch is None and "FI_PATCHES_DEVICE='b200' is not an arch" in device.detail
     monkeypatch.delenv("FI_PATCHES_DEVICE")
     device = current_device()
-    assert device.arch is None and device.detail == "no CUDA device"  # CPU-only torch here
+    import torch
+
+    if torch.cuda.is_available():  # a real GPU (e.g. the lent H200): its own arch
+        major, minor = torch.cuda.get_device_capability()
+        assert (device.arch, device.source) == (f"sm_{major}{minor}", "torch.cuda")
+    else:
+        assert device.arch is None and device.detail == "no CUDA device"
 
 
 def test_probes_against_the_real_flashinfer():
