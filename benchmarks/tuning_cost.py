@@ -64,8 +64,11 @@ def main() -> int:
         tuner.clear_cache()
         stock = tune(n, k)
         table = to_table(
-            from_tuner(tuner), device="sm_103", flashinfer_version=flashinfer.__version__,
-            source=f"stock tuning of {n}x{k}", bucket_of=bucket_of,
+            from_tuner(tuner),
+            device="sm_103",
+            flashinfer_version=flashinfer.__version__,
+            source=f"stock tuning of {n}x{k}",
+            bucket_of=bucket_of,
         )
         tuner.clear_cache()
         with fi_patches.pinned_tactics(table):

@@ -1,0 +1,149 @@
+# /// script
+# dependencies = ["nox>=2024.4.15"]
+# ///
+"""The FlashInfer compat matrix (``compat/matrix.toml``), one nox session per release.
+
+``nox -s matrix`` (also plain ``nox``, or ``python -m compat.run``) runs, in order: ``base`` (a
+venv with the CPU torch and the dependencies every release shares), ``cell(<release>)`` for each
+release (a venv that sees the base, with ``flashinfer-python==<release>`` and the project's
+test extra: the test suite and ``doctor --json`` per cell) and ``report`` (``compat/RESULTS.md``;
+fails when any cell disagrees with the matrix). The logic lives in ``compat/``; this file only
+wires sessions.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import nox
+from nox.command import CommandFailed
+
+ROOT = Path(__file__).resolve().parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from packaging.version import Version  # noqa: E402
+
+from compat import cell as runner  # noqa: E402
+from compat import report as reporting  # noqa: E402
+from compat.matrix import NEWEST, check_cell, load  # noqa: E402
+
+nox.needs_version = ">=2024.4.15"  # requires=
+# pip, not uv: uv ignores pip.conf, so it neither sees the machine's CPU torch wheel (find-links)
+# nor its constraints, and `uv pip install torch==2.13.0` resolves PyPI's CUDA build.
+nox.options.default_venv_backend = "venv"
+nox.options.sessions = ["matrix"]
+
+MATRIX = load()
+RELEASES = MATRIX.releases()
+RESULTS_MD = ROOT / "compat" / "RESULTS.md"
+
+
+@nox.session(python=False)
+def matrix(session: nox.Session) -> None:
+    """Every cell, one after another, then the report (which fails on any mismatch)."""
+    runner.start_run()
+    session.notify("base")
+    for release in RELEASES:
+        session.notify(f"cell({release})")
+    session.notify("report")
+
+
+@nox.session
+def base(session: nox.Session) -> None:
+    """The shared environment: torch (CPU build only) plus what the newest listed release and
+    the project's test extra resolve to, minus FlashInfer and the project themselves."""
+    start = time.monotonic()
+    python = Path(session.bin) / "python"
+    anchor = max(MATRIX.listed_releases(), key=Version)
+    try:
+        report = runner.pip_report(
+            python,
+            [MATRIX.torch, f"{runner.DISTRIBUTION}=={anchor}", "-e", f"{ROOT}[{MATRIX.extras}]"],
+        )
+    except runner.SetupError as exc:
+        session.error(str(exc))
+    problem = runner.cpu_torch_problem(report)
+    if problem:
+        session.error(problem)
+    pins = runner.base_requirements(report, exclude=[runner.DISTRIBUTION, "fi_patches"])
+    requirements = runner.STATE / "base-requirements.txt"
+    requirements.parent.mkdir(parents=True, exist_ok=True)
+    requirements.write_text("\n".join(pins) + "\n")
+    session.install("--no-deps", "-r", str(requirements))
+    torch = runner.installed_versions(python, ["torch"])["torch"] or ""
+    if "+cpu" not in torch:
+        session.error(f"the base environment has torch {torch!r}, not a CPU build")
+    runner.write_base(
+        {
+            "site": str(runner.purelib(python)),
+            "torch": torch,
+            "requirements": pins,
+            "anchor": anchor,
+            "seconds": round(time.monotonic() - start, 2),
+        }
+    )
+
+
+@nox.session(requires=["base"])
+@nox.parametrize("release", RELEASES, ids=RELEASES)
+def cell(session: nox.Session, release: str) -> None:
+    """One release: install it over the base, then run each of its cells."""
+    start = time.monotonic()
+    cells = MATRIX.cells_for(release)
+    python = Path(session.bin) / "python"
+    try:
+        base_info = runner.read_base()
+        runner.attach_base(python, base_info["site"])
+        version = release
+        if release == NEWEST:
+            version = runner.resolve_newest(python)
+            listed = MATRIX.listed_as(version)
+            if listed is not None:
+                for c in cells:
+                    runner.write_result(runner.alias_result(c, version, listed), c)
+                session.log(f"newest flashinfer-python is {version}, listed as {listed}")
+                return
+        constraint = runner.STATE / "torch-constraint.txt"
+        constraint.write_text(f"torch=={base_info['torch']}\n")
+        session.install("-c", str(constraint), f"{runner.DISTRIBUTION}=={version}")
+        session.install("-c", str(constraint), "-e", f".[{MATRIX.extras}]")
+        found = runner.installed_versions(python, [runner.DISTRIBUTION, "torch"])
+        if found[runner.DISTRIBUTION] != version or found["torch"] != base_info["torch"]:
+            raise runner.SetupError(f"the environment has {found}, not {version} over the base")
+    except (runner.SetupError, CommandFailed) as exc:
+        for c in cells:
+            runner.write_result(runner.error_result(c, str(exc), time.monotonic() - start), c)
+        session.error(str(exc))
+    setup_s = time.monotonic() - start
+    problems = []
+    for index, c in enumerate(cells):
+        result = runner.run_cell(
+            c,
+            python,
+            version,
+            setup_s if index == 0 else 0.0,
+            allow_unverified=c.expect_allow_unverified is not None,
+        )
+        runner.write_result(result, c)
+        check = check_cell(MATRIX, c, result)
+        session.log(f"{c.id}: {result['tests'].get('summary', '')}; {len(check.problems)} problems")
+        problems += [f"{c.id}: {p}" for p in check.problems]
+    if problems:
+        session.error("\n".join(problems))
+
+
+@nox.session(python=False)
+def report(session: nox.Session) -> None:
+    """Write compat/RESULTS.md from the recorded results; fail if any cell disagrees."""
+    results = runner.read_results(MATRIX)
+    base_info = runner.read_base() if runner.BASE_FILE.exists() else None
+    text, problems = reporting.render(
+        MATRIX, results, base=base_info, run=runner.read_run(), machine=runner.machine()
+    )
+    RESULTS_MD.write_text(text)
+    session.log(f"wrote {RESULTS_MD.relative_to(ROOT)}")
+    if problems:
+        session.error(f"{len(problems)} problem(s):\n" + "\n".join(problems))
