@@ -100,6 +100,27 @@ def test_flashinfer_tunes_the_wide_runner_and_serves_the_pin(wide, simulated, tu
     assert tuple(tactic) == (32, *pin)
 
 
+@pytest.mark.simulated
+def test_a_tuned_wide_cache_records_as_wide_pins(wide, simulated, tuner, tmp_path):
+    import flashinfer
+    from flashinfer.autotuner import AutoTuner
+    from flashinfer.gemm import gemm_base
+
+    from fi_patches.pins.record import read_cache, to_table
+    from fi_patches.pinning.validate import mxfp8_bucket_of
+
+    pins = table(pin_entry(16, wide_tactics(N, K, 16)[1]), pin_entry(32, wide_tactics(N, K, 32)[3]))
+    config = gemm_base._MM_MXFP8_CUTE_DSL_TUNING_CONFIG
+    inputs = Mxfp8Problem(N, K, 32).runner_inputs(gemm_base.DEFAULT_WORKSPACE_SIZE)
+    with fi_patches.pinned_tactics(pins), flashinfer.autotune(True):
+        AutoTuner.get().choose_one(CUSTOM_OP, [wide_runner()], config, inputs)
+    cache = tmp_path / "cache.json"
+    AutoTuner.get().save_configs(str(cache))
+    entries, _ = read_cache(cache)
+    recorded = to_table(entries, device="sm_103", flashinfer_version="0.7.4", source="r", bucket_of=mxfp8_bucket_of())
+    assert recorded.to_mapping()["wide"] == pins.to_mapping()["wide"]
+
+
 def test_an_invalid_wide_pin_is_rejected_naming_the_limit(wide):
     big = next(t for t in [(256, 8, 1, 1), (512, 6, 1, 1)] if t not in wide_tactics(N, K, 32))
     with pytest.raises(PinTableError) as error:

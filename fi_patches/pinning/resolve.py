@@ -55,35 +55,34 @@ def state_key(pins: object = None) -> tuple[object, ...]:
     return (pins, stack._scope.get(), stack._process_version, _generation, registered_pins())
 
 
+def _vetted(table: PinTable) -> bool:
+    """Whether ``table`` was chosen on this device and release (logs once why not)."""
+    skip = table.skip_reason(current_device().arch, installed_flashinfer().version)
+    if skip is not None:
+        log_once(logger, logging.WARNING, f"skip:{skip}", "fi_patches skips a pin table: %s", skip)
+    return skip is None
+
+
 def _candidate_tables(pins: TableLike | None) -> tuple[PinTable, ...]:
     if pins is not None:
-        tables: tuple[PinTable, ...] = (as_table(pins),)
-    else:
-        tables = stack.active_tables()
-        try:
-            default = default_pins()
-        except PinTableError as exc:
-            log_once(
-                logger,
-                logging.ERROR,
-                f"badpins:{exc}",
-                "fi_patches ignores its default pins: %s",
-                exc.one_line(),
-            )
-            default = PinTable.empty()
-        if default and default not in tables:
-            tables = (*tables, default)
-    usable = []
-    arch, version = current_device().arch, installed_flashinfer().version
-    for table in tables:
-        skip = table.skip_reason(arch, version)
-        if skip is None:
-            usable.append(table)
-        else:
-            log_once(
-                logger, logging.WARNING, f"skip:{skip}", "fi_patches skips a pin table: %s", skip
-            )
-    return tuple(usable)
+        explicit = as_table(pins)
+        return (explicit,) if _vetted(explicit) else ()
+    # Tables active here were vetted when pushed (pinned_tactics, fi_patches.auto).
+    tables = stack.active_tables()
+    try:
+        default = default_pins()
+    except PinTableError as exc:
+        log_once(
+            logger,
+            logging.ERROR,
+            f"badpins:{exc}",
+            "fi_patches ignores its default pins: %s",
+            exc.one_line(),
+        )
+        return tables
+    if default and default not in tables and _vetted(default):
+        tables = (*tables, default)
+    return tables
 
 
 def row_pin(section: str, n: int, k: int, rows: int, pins: TableLike | None = None) -> Any:

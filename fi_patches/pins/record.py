@@ -14,7 +14,8 @@ from typing import Any
 from fi_patches.pins.errors import PinProblem, PinTableError
 from fi_patches.pins.table import PinTable
 
-MXFP8_OP = "mxfp8_gemm"
+MXFP8_OPS = ("mxfp8_gemm", "fi_patches_wide_mxfp8_gemm")
+"""``mm_mxfp8``'s custom op, and the one fi_patches' wide runner is tuned under."""
 
 # FlashInfer runner class -> pin-table section (the wide runner is fi_patches' own).
 SECTION_OF_RUNNER = {
@@ -74,7 +75,7 @@ def parse_file_key(file_key: str) -> tuple[str, str, tuple[tuple[int, ...], ...]
 
 
 def _entry(op: str, runner: str, profile: Any, tactic: Any) -> TunedEntry | None:
-    if op != MXFP8_OP or runner not in SECTION_OF_RUNNER:
+    if op not in MXFP8_OPS or runner not in SECTION_OF_RUNNER:
         return None
     (rows, k), (k2, n) = profile[0], profile[1]
     if k != k2:

@@ -12,8 +12,9 @@ load on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from fi_patches._lazy import lazy_exports
 
 _EXPORTS = {
     "GemmDtypes": "fi_patches.wide.dtypes",
@@ -79,14 +80,4 @@ if TYPE_CHECKING:
     from fi_patches.wide.validity import invalid_reason as invalid_reason
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'fi_patches.wide' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

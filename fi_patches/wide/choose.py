@@ -1,5 +1,5 @@
-"""Which tactic a wide GEMM runs: an explicit one, else a ``[[wide]]`` pin of the active pin
-tables, else the first valid tactic of :func:`~fi_patches.wide.tactics.wide_tactics`."""
+"""Which tactic a wide GEMM runs: an explicit one, else a ``[[wide]]`` pin (active tables, then
+the default table), else the first valid tactic of :func:`~fi_patches.wide.tactics.wide_tactics`."""
 
 from __future__ import annotations
 
@@ -16,10 +16,11 @@ logger = get_logger(__name__)
 
 
 def pinned_tactic(n: int, k: int, tile: int) -> Tactic | None:
-    """The tactic a ``[[wide]]`` entry of the active pin tables gives ``(n, k, tile)``."""
-    from fi_patches.pinning import stack
+    """The tactic a ``[[wide]]`` entry gives ``(n, k, tile)``: of the tables active here, else
+    of the default table (``FI_PATCHES_PINS`` or ``register_pins``)."""
+    from fi_patches.pinning.resolve import wide_pin
 
-    entry = stack.lookup_wide(stack.active_tables(), n, k, tile)
+    entry = wide_pin(n, k, tile)
     return None if entry is None else as_tactic(entry.tactic)
 
 
