@@ -14,7 +14,7 @@ from typing import Any
 
 from fi_patches._logging import get_logger, log_once
 from fi_patches.pinning import stack
-from fi_patches.pinning.stack import _scope
+from fi_patches.pinning.stack import _scope, covering
 from fi_patches.pinning.targets import PinnedRunner
 
 logger = get_logger(__name__)
@@ -58,7 +58,7 @@ def valid_tactics_replacement(target: PinnedRunner) -> Any:
                 if group is None:
                     return stock(self, inputs, profile, args, kwargs)
                 problem = problem_of(inputs, None)
-                entry = _covering(group, problem[2]) if problem is not None else None
+                entry = covering(group, problem[2]) if problem is not None else None
             except Exception:
                 log_once(
                     logger,
@@ -77,13 +77,6 @@ def valid_tactics_replacement(target: PinnedRunner) -> Any:
         return get_valid_tactics
 
     return make
-
-
-def _covering(group: tuple[Any, ...], rows: int) -> Any:
-    for entry in group:
-        if entry.min_rows <= rows <= entry.max_rows:
-            return entry
-    return None
 
 
 def _offer(

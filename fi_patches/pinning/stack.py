@@ -79,15 +79,19 @@ def current_index() -> Index | None:
     return scope.index
 
 
+def covering(group: tuple[Any, ...], rows: int) -> Any:
+    """The first entry of ``group`` (one weight shape, priority order) covering ``rows``."""
+    for entry in group:
+        if entry.min_rows <= rows <= entry.max_rows:
+            return entry
+    return None
+
+
 def find(index: Index, section: str, n: int, k: int, rows: int) -> Any:
     """The highest-priority entry of ``section`` covering ``rows`` rows of weight ``(n, k)``."""
     shapes = index.get(section)
     group = shapes.by_nk.get((n, k)) if shapes is not None else None
-    if group:
-        for entry in group:
-            if entry.min_rows <= rows <= entry.max_rows:
-                return entry
-    return None
+    return covering(group, rows) if group else None
 
 
 def active_tables() -> tuple[PinTable, ...]:

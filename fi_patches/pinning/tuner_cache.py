@@ -16,8 +16,7 @@ logger = get_logger(__name__)
 _MISS = (False, 0, -1, None)
 
 
-def _targets_by_class() -> dict[str, PinnedRunner]:
-    return {t.class_name: t for t in PINNED_RUNNERS}
+_TARGETS: dict[str, PinnedRunner] = {t.class_name: t for t in PINNED_RUNNERS}
 
 
 def _pinned_miss(result: Any, args: tuple[Any, ...], kwargs: dict[str, Any], index: Any) -> bool:
@@ -29,7 +28,7 @@ def _pinned_miss(result: Any, args: tuple[Any, ...], kwargs: dict[str, Any], ind
     shapes = args[2] if len(args) > 2 else kwargs["input_shapes"]
     inputs = args[4] if len(args) > 4 else kwargs.get("inputs")
     runner = runners[runner_id]
-    target = _targets_by_class().get(type(runner).__name__)
+    target = _TARGETS.get(type(runner).__name__)
     if target is None or inputs is None or type(runner).__module__ != target.module:
         return False
     problem = target.problem(inputs, shapes)
