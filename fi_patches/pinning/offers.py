@@ -55,8 +55,10 @@ def valid_tactics_replacement(target: PinnedRunner) -> Any:
                     return stock(self, inputs, profile, args, kwargs)
                 weight = inputs[form[0]].shape
                 group = (shapes.by_kn if form[1] else shapes.by_nk).get(weight)
-                if group is None:
-                    return stock(self, inputs, profile, args, kwargs)
+                if group is None:  # most calls: an unpinned weight, answered inline
+                    if args or kwargs:
+                        return original(self, inputs, profile, *args, **kwargs)
+                    return original(self, inputs, profile)
                 problem = problem_of(inputs, None)
                 entry = covering(group, problem[2]) if problem is not None else None
             except Exception:
