@@ -17,20 +17,14 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
+from fi_patches.cli.table import render as table
+
 DEFAULT_CHAIN = ((7168, 1536), (1536, 7168), (7168, 2048))
 """DeepSeek-like (N, K) projections, run back to back: 7168x1536 -> 1536x7168 -> 7168x2048."""
 
 DEFAULT_ROWS = (9, 12, 16, 20, 24, 32, 40, 48)
 TILES = (16, 32, 48)
 FLUSH_BYTES = 512 << 20
-
-
-def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
-    cells = [[str(h) for h in headers], *[[str(c) for c in r] for r in rows]]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
-    lines = ["  ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) for r in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
 
 
 def compile_times(arch: str) -> None:
