@@ -148,6 +148,28 @@ def test_every_problem_is_reported_at_once():
     ]
 
 
+def test_cute_dsl_ranges_start_after_the_previous_one_when_min_rows_is_left_out():
+    tactic = [[128, 64], [1, 1], True, False, 1]
+    table = PinTable.from_mapping(
+        {
+            "meta": META,
+            "cute_dsl": [
+                {"n": 7168, "k": 1536, "max_rows": 128, "tactic": tactic},
+                {
+                    "n": 7168,
+                    "k": 1536,
+                    "max_rows": 64,
+                    "tactic": [[128, 32], [1, 1], True, False, 1],
+                },
+            ],
+        }
+    )
+    assert [(e.min_rows, e.max_rows) for e in table.entries("cute_dsl")] == [(65, 128), (1, 64)]
+    assert table.cute_dsl_tactic(7168, 1536, 65) == ((128, 64), (1, 1), True, False, 1)
+    assert table.cute_dsl_tactic(7168, 1536, 1) == ((128, 32), (1, 1), True, False, 1)
+    assert table.cute_dsl_tactic(7168, 1536, 129) is None
+
+
 def test_wide_entries_are_validated():
     found = problems(
         {

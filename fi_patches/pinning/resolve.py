@@ -85,11 +85,6 @@ def _candidate_tables(pins: TableLike | None) -> tuple[PinTable, ...]:
     return tables
 
 
-def row_pin(section: str, n: int, k: int, rows: int, pins: TableLike | None = None) -> Any:
-    """The entry of ``section`` serving ``rows`` rows of weight ``(n, k)``, or None."""
-    return stack.lookup(candidate_tables(pins), section, n, k, rows)
-
-
 def wide_pin(n: int, k: int, tile: int, pins: TableLike | None = None) -> Any:
     """The ``[[wide]]`` entry for weight ``(n, k)`` at activation tile ``tile``, or None."""
     return stack.lookup_wide(candidate_tables(pins), n, k, tile)

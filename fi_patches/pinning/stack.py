@@ -156,7 +156,3 @@ def remove_process_table(table: PinTable) -> None:
         if remaining != _process_tables:
             _process_tables = remaining
             _process_version += 1
-
-
-def process_tables() -> tuple[PinTable, ...]:
-    return _process_tables
