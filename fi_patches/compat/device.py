@@ -1,24 +1,47 @@
-"""Which GPU architecture this process targets: ``FI_PATCHES_DEVICE`` (for offline validation
-and CPU tests) or else the current CUDA device."""
+"""Which GPU architecture fi_patches targets, decided by one rule everywhere:
+
+1. an arch passed explicitly (``precompile --arch``, ``compile_wide(arch=...)``);
+2. ``FI_PATCHES_DEVICE`` (offline validation and CPU tests; it wins over a real device);
+3. the current CUDA device;
+4. for compiling only, ``CUTE_DSL_ARCH`` (the DSL's own cross-compile target).
+
+Features are gated on the arch *family* (``sm_103``); compiling keeps the suffix (``sm_103a``).
+"""
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 
-ENV = "FI_PATCHES_DEVICE"
+from fi_patches import _env
 
-_ARCH = re.compile(r"^sm_?(\d{2,3})[af]?$")
+NO_CUDA = "no CUDA device"
+
+_ARCH = re.compile(r"^sm_?(\d{2,3})([af]?)$")
+
+
+def parse_arch(text: str) -> tuple[str, str] | None:
+    """``("sm_103", "a")`` for ``sm_103a``/``SM103A``; ``("sm_103", "")`` for ``sm_103``; None
+    when ``text`` is not an arch."""
+    match = _ARCH.match(text.strip().lower())
+    return (f"sm_{match.group(1)}", match.group(2)) if match else None
+
+
+def normalize_arch(text: str) -> str | None:
+    """``sm_103``, ``sm103``, ``sm_103a`` -> ``sm_103``; None when ``text`` is not an arch."""
+    parsed = parse_arch(text)
+    return parsed[0] if parsed else None
 
 
 @dataclass(frozen=True)
 class Device:
-    """``arch`` is like ``sm_103``; None when there is no CUDA device (``detail`` says why)."""
+    """The target: ``arch`` is the family (``sm_103``) and ``suffix`` its ``a``/``f`` suffix as
+    given; ``arch`` is None when there is none, and ``detail`` then says why."""
 
     arch: str | None
     source: str
     detail: str
+    suffix: str = ""
 
     @property
     def sm_version(self) -> int | None:
@@ -29,29 +52,49 @@ class Device:
     def label(self) -> str:
         return self.arch if self.arch else f"none ({self.detail})"
 
+    @property
+    def absence(self) -> str:
+        """Why there is no target, as a clause ("there is no CUDA device")."""
+        return f"there is {self.detail}" if self.detail == NO_CUDA else self.detail
 
-def normalize_arch(text: str) -> str | None:
-    """``sm_103``, ``sm103``, ``sm_103a`` -> ``sm_103``; None when ``text`` is not an arch."""
-    match = _ARCH.match(text.strip().lower())
-    return f"sm_{match.group(1)}" if match else None
+
+def _from_text(text: str, source: str) -> Device:
+    parsed = parse_arch(text)
+    if parsed is None:
+        return Device(None, source, f"{source}={text!r} is not an arch such as sm_103")
+    return Device(parsed[0], source, f"{source}={text}", parsed[1])
 
 
-def current_device() -> Device:
-    """The target device, read now (cheap; the compat layer caches its verdicts, not this)."""
-    override = os.environ.get(ENV)
-    if override:
-        arch = normalize_arch(override)
-        if arch is None:
-            return Device(None, "env", f"{ENV}={override!r} is not an arch such as sm_103")
-        return Device(arch, "env", f"{ENV}={override}")
+def _cuda_device() -> Device:
     try:
         import torch
     except Exception as exc:
         return Device(None, "none", f"torch is not importable ({type(exc).__name__})")
     try:
         if not torch.cuda.is_available():
-            return Device(None, "none", "no CUDA device")
+            return Device(None, "none", NO_CUDA)
         major, minor = torch.cuda.get_device_capability(torch.cuda.current_device())
     except Exception as exc:
         return Device(None, "none", f"CUDA query failed ({type(exc).__name__}: {exc})")
     return Device(f"sm_{major}{minor}", "torch.cuda", torch.cuda.get_device_name())
+
+
+def target_device(explicit: str | None = None, *, compiling: bool = False) -> Device:
+    """The target by the rule in the module docstring (read now: cheap; the compat layer caches
+    its verdicts, not this)."""
+    if explicit:
+        return _from_text(explicit, "arch")
+    override = _env.get(_env.DEVICE)
+    if override:
+        return _from_text(override, _env.DEVICE.name)
+    found = _cuda_device()
+    if found.arch is None and compiling:
+        dsl_arch = _env.get(_env.CUTE_DSL_ARCH)
+        if dsl_arch:
+            return _from_text(dsl_arch, _env.CUTE_DSL_ARCH.name)
+    return found
+
+
+def current_device() -> Device:
+    """The device features are gated on: ``FI_PATCHES_DEVICE``, else the CUDA device."""
+    return target_device()

@@ -1,0 +1,69 @@
+"""Every environment variable fi_patches reads, in one place, each with what it does.
+
+Other modules ask :func:`get` or :func:`flag` with a :class:`Variable` declared here and never
+read ``os.environ`` themselves, so this list is complete. The one exception is the start-up
+hook line in ``fi_patches_auto.pth``, which must stay a one-liner that imports nothing; it reads
+:data:`AUTO` by name.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+PREFIX = "FI_PATCHES_"
+
+
+@dataclass(frozen=True)
+class Variable:
+    """An environment variable: its name and a sentence for the README and ``doctor``."""
+
+    name: str
+    doc: str
+
+
+DEVICE = Variable(
+    "FI_PATCHES_DEVICE",
+    "target arch (sm_103) instead of the CUDA device, for offline validation and CPU tests; it "
+    "wins over the device (see fi_patches.compat.device)",
+)
+PINS = Variable(
+    "FI_PATCHES_PINS", "path of the default pin table, read once per process (refresh() rereads)"
+)
+ALLOW_UNVERIFIED = Variable(
+    "FI_PATCHES_ALLOW_UNVERIFIED",
+    "1: enable a FlashInfer newer than verified when every probe and self-check passes",
+)
+AUTO = Variable(
+    "FI_PATCHES_AUTO", "1: apply the default pins from interpreter start (the .pth start-up hook)"
+)
+PTXAS = Variable(
+    "FI_PATCHES_PTXAS", "path of the ptxas that reads wide kernels' resources (precompile)"
+)
+CUTE_DSL_ARCH = Variable(
+    "CUTE_DSL_ARCH",
+    "the CuTe DSL's own compile target; fi_patches compiles wide kernels for it when neither an "
+    "arch nor FI_PATCHES_DEVICE is given and there is no CUDA device",
+)
+
+VARIABLES: tuple[Variable, ...] = (DEVICE, PINS, ALLOW_UNVERIFIED, AUTO, PTXAS, CUTE_DSL_ARCH)
+"""Every variable fi_patches reads, in the order the README lists them."""
+
+_TRUE = ("1", "true", "yes", "on")
+
+
+def get(variable: Variable) -> str | None:
+    """The variable's value, or None when it is unset or empty."""
+    value = os.environ.get(variable.name)
+    return value if value else None
+
+
+def flag(variable: Variable) -> bool:
+    """Whether the variable is set to a true value (1, true, yes, on; any case)."""
+    return (os.environ.get(variable.name) or "").strip().lower() in _TRUE
+
+
+def settings() -> dict[str, str]:
+    """Every ``FI_PATCHES_*`` variable set in this process, sorted by name (for reports and the
+    rank guard's fingerprint)."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith(PREFIX)}

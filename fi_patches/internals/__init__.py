@@ -1,0 +1,29 @@
+"""The boundary: every internal fi_patches uses from another package, declared once with the
+probe that guards it and the features that need it (``flashinfer.py``). No other module of
+fi_patches imports FlashInfer or names one of its private members; ``tests/test_boundary.py``
+checks that, and the drift suite (``tests/drift/``) breaks each declared internal in turn."""
+
+from __future__ import annotations
+
+from fi_patches.internals._declare import (
+    Declared,
+    Dependency,
+    Internal,
+    InternalError,
+    OneOf,
+    mutations,
+)
+
+__all__ = ["Declared", "Dependency", "Internal", "InternalError", "OneOf", "declared", "mutations"]
+
+
+def declared() -> tuple[Declared, ...]:
+    """Every declared internal, of every dependency (declarations import nothing heavy)."""
+    from fi_patches.internals import flashinfer
+
+    return flashinfer.INTERNALS
+
+
+def needed_by(feature: str) -> tuple[Declared, ...]:
+    """The internals ``feature`` declares it needs, in declaration order."""
+    return tuple(i for i in declared() if feature in i.features)
