@@ -48,13 +48,12 @@ def unswizzle(scales: Any, rows: int, k: int, sf_vec: int = 32) -> Any:
 def repack_per_cta(scales: Any, rows: int, k: int, tile: int, sf_vec: int = 32) -> Any:
     """Standard swizzled activation scales repacked into the kernel's per-CTA layout (1-D,
     :func:`per_cta_scale_elements` long) with FlashInfer's ``reorder_scale_factors_per_cta``."""
-    from flashinfer.gemm.kernels.cute_dsl.low_latency_blockscaled_gemm import (
-        reorder_scale_factors_per_cta,
-    )
+    from fi_patches.internals import flashinfer as fi
 
+    reorder_scale_factors_per_cta = fi.reorder_scale_factors_per_cta()
     raw = scales.view(_byte_dtype()) if scales.element_size() == 1 else scales
     matrix = unswizzle(raw, rows, k, sf_vec).unsqueeze(-1)
-    packed = reorder_scale_factors_per_cta(matrix, tile, k, sf_vec)  # type: ignore[no-untyped-call]
+    packed = reorder_scale_factors_per_cta(matrix, tile, k, sf_vec)
     packed = packed.reshape(-1).contiguous()
     return packed.view(scales.dtype) if packed.dtype != scales.dtype else packed
 
