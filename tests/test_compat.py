@@ -84,7 +84,9 @@ def test_probes_against_the_real_flashinfer():
     require_release_supports("pinned_tactics")
     base = "flashinfer.gemm.gemm_base"
     assert Internal("m", MODULE, base).probe() is None
-    assert "is not importable (ModuleNotFoundError" in Internal("m", MODULE, "flashinfer.nope").probe()
+    assert (
+        "is not importable (ModuleNotFoundError" in Internal("m", MODULE, "flashinfer.nope").probe()
+    )
     mm = ("a", "b", "a_descale", "b_descale")
     assert Internal("mm", CALLABLE, base, "mm_mxfp8", params=mm).probe() is None
     changed = Internal("mm", CALLABLE, base, "mm_mxfp8", params=("a", "weight")).probe()

@@ -74,7 +74,7 @@ def _probe(internal: Declared, version: Any) -> ProbeResult:
 def evaluate(feature: Feature, fi: Installed, device: Device) -> FeatureStatus:
     """The state of ``feature`` given the installed package and the device (no caching)."""
     package = feature.requires.module
-    name = "FlashInfer" if package == "flashinfer" else package
+    name = feature.requires.label
 
     def result(enabled: bool, reason: str, probes: tuple[ProbeResult, ...] = ()) -> FeatureStatus:
         return FeatureStatus(

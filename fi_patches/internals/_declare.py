@@ -58,6 +58,8 @@ class Dependency:
     distribution: str
     module: str
     verified: SpecifierSet
+    label: str
+    """How reasons name it (``FlashInfer``)."""
 
 
 @dataclass(frozen=True)

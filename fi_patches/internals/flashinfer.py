@@ -35,6 +35,7 @@ FLASHINFER = Dependency(
     distribution="flashinfer-python",
     module="flashinfer",
     verified=SpecifierSet(">=0.7.0,<=0.7.4"),
+    label="FlashInfer",
 )
 """FlashInfer, and the releases every feature is verified on (prerelease-aware: 0.7.5rc1 and
 0.7.4.post1 are not 0.7.4)."""
