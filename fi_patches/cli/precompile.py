@@ -67,8 +67,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     from fi_patches.wide.arch import WideArchError, resolve_arch
     from fi_patches.wide.compile import compile_wide
-    from fi_patches.wide.pins import wide_pin_reason
-    from fi_patches.wide.precompile import compile_with_resources
+    from fi_patches.wide.precompile import compile_with_resources, wide_pin_reason
 
     try:
         arch = resolve_arch(args.arch)

@@ -71,8 +71,8 @@ def _wide(
         return None, f"wide_tile is off: {record.reason}"
     if out_dtype != torch.bfloat16:
         return None, "the wide kernel writes BF16 only"
-    from fi_patches.wide.tile import pick_tile
-    from fi_patches.wide.validity import invalid_reason
+    from fi_patches.wide.budget import invalid_reason
+    from fi_patches.wide.tactics import pick_tile
 
     tile = pick_tile(rows, max_rows=max_rows)
     entry = lookup_wide(tables, n, k, tile)

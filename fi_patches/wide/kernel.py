@@ -13,10 +13,8 @@ import functools
 from typing import Any
 
 from fi_patches.internals import flashinfer as fi
+from fi_patches.wide.budget import CTA_M, SUPPORTED_SPLIT_K, invalid_reason, smem_bytes, tile_reason
 from fi_patches.wide.dtypes import GemmDtypes
-from fi_patches.wide.limits import CTA_M, SUPPORTED_SPLIT_K
-from fi_patches.wide.smem import smem_bytes
-from fi_patches.wide.validity import invalid_reason, tile_reason
 
 
 def implement_reason(

@@ -1,6 +1,6 @@
 """Check, from a kernel's PTX, the Programmatic Dependent Launch ordering the wide tile keeps:
 weight (A/SFA) TMA loads never wait on the previous grid, activation (B/SFB) loads always do,
-and the dependents' launch is triggered after the weight loads are issued (wide_tile.md §4).
+and the dependents' launch is triggered after the weight loads are issued.
 
 Order is judged by control flow within one thread (what can execute after what), not by
 position in the file.

@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from fi_patches._logging import get_logger, log_once
-from fi_patches.wide.tile import TILE_ROUNDING, WIDE_MAX_ROWS, pick_tile
+from fi_patches.wide.tactics import TILE_ROUNDING, WIDE_MAX_ROWS, pick_tile
 
 logger = get_logger(__name__)
 
@@ -37,11 +37,10 @@ def runner_class() -> type:
 
     from fi_patches.internals import flashinfer as fi
     from fi_patches.pinning import stack
-    from fi_patches.wide.choose import choose_tactic
+    from fi_patches.wide.budget import invalid_reason
     from fi_patches.wide.compile import compile_wide
     from fi_patches.wide.launch import launch_wide
-    from fi_patches.wide.tactics import wide_tactics
-    from fi_patches.wide.validity import invalid_reason
+    from fi_patches.wide.tactics import choose_tactic, wide_tactics
 
     class WideLowLatencyGemmRunner(fi.tunable_runner()):  # type: ignore[misc]
         """Wide low-latency MXFP8 GEMM tactics for ``mm_mxfp8``'s 7 inputs."""
