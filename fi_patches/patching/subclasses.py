@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fi_patches._logging import get_logger, log_once
-from fi_patches.patching.attribute import Replacement
+from fi_patches.patching.patch import Replacement
 
 logger = get_logger(__name__)
 
