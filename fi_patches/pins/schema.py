@@ -149,9 +149,6 @@ class RowRangePin:
     max_rows: int
     index: int
 
-    def covers(self, rows: int) -> bool:
-        return self.min_rows <= rows <= self.max_rows
-
     @property
     def rows_text(self) -> str:
         if self.min_rows == self.max_rows:
