@@ -98,7 +98,9 @@ def test_a_refused_seed_leaves_nothing_seeded_and_names_the_tuner(both, tuner, m
     policies_before = dict(policies)
     ll_pin = lowlat.non_split_alternative(N, K, 8, skip=2)
     cute_pin = next(t for t in cutedsl.stock(N, K, 64)[3:] if t[4] == 1)
-    with pytest.raises(fi_patches.InternalError, match=r"seeds, then refused one \(MemoryError: store full\)"):
+    with pytest.raises(
+        fi_patches.InternalError, match=r"seeds, then refused one \(MemoryError: store full\)"
+    ):
         with fi_patches.pinned_tactics(table(ll_pin, cute_pin), mode="preseed"):
             pytest.fail("the block must not be entered")
     assert policies.writes >= policies.n  # the refused write, then the undo's own
