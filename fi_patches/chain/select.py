@@ -74,8 +74,8 @@ class _Counter:
             self.progress(1, self.total, label)
 
 
-def _measure(
-    trials: Sequence[Trial], timer: Timer, repeats: int, counter: _Counter, label: str
+def measure(
+    trials: Sequence[Trial], timer: Timer, repeats: int, advance: Callable[[], None] | None = None
 ) -> list[list[float]]:
     """``repeats`` samples of every trial, interleaved: each round samples every trial once,
     starting one later than the round before, so no trial always runs first."""
@@ -88,7 +88,8 @@ def _measure(
             for offset in range(len(trials)):
                 i = (round_number + offset) % len(trials)
                 samples[i].append(float(prepared[i].sample()))
-                counter.advance(label)
+                if advance is not None:
+                    advance()
         return samples
     finally:
         for timed in prepared:
@@ -174,7 +175,9 @@ class _BucketTuner:
             for t in self.candidates[coordinate]
         ]
         label = f"rows {self.bucket.label}, {coordinate}"
-        samples = _measure(trials, self.timer, self.settings.repeats, self.counter, label)
+        samples = measure(
+            trials, self.timer, self.settings.repeats, lambda: self.counter.advance(label)
+        )
         stats = tuple(
             Stats(t, tuple(s)) for t, s in zip(self.candidates[coordinate], samples, strict=True)
         )

@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from fi_patches.cli import doctor, pins, precompile, tune
+from fi_patches.cli import doctor, pins, precompile, tune, validate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     pins.register(commands)
     precompile.register(commands)
     tune.register(commands)
+    validate.register(commands)
     return parser
 
 

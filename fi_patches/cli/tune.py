@@ -123,13 +123,16 @@ def _tune(
     from fi_patches.chain.plan import build_plan, check_tuner_buckets
     from fi_patches.chain.select import tune
     from fi_patches.cli.progress import progress
+    from fi_patches.pinning import stack
     from fi_patches.pinning.validate import mxfp8_bucket_of
 
     check_tuner_buckets(spec, mxfp8_bucket_of())
     plan = build_plan(spec, sm_version=int(device[3:]), current=current)
     bar = None if args.no_progress else progress(sys.stderr, "tune")
     try:
-        results = tune(plan, timer, spec.settings, isolated=args.isolated, progress=bar)
+        # No pins active while measuring: the runners offer and run FlashInfer's own lists.
+        with stack.isolated():
+            results = tune(plan, timer, spec.settings, isolated=args.isolated, progress=bar)
     finally:
         if bar is not None:
             bar.close()
