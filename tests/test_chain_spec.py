@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from fi_patches.chain.errors import ChainSpecError
-from fi_patches.chain.spec import ChainSpec, Settings, section_for
+from fi_patches.chain.routes import section_for
+from fi_patches.chain.spec import ChainSpec, Settings
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "chain_deepseek_tp4.toml"
 

@@ -8,8 +8,9 @@ from collections.abc import Callable
 
 from fi_patches.chain.errors import ChainError, ChainSpecError, UpstreamError
 from fi_patches.chain.mxfp8_ops import Mxfp8Op, mxfp8_op
+from fi_patches.chain.routes import section_for
 from fi_patches.chain.select import Slot
-from fi_patches.chain.spec import Bucket, ChainSpec, section_for
+from fi_patches.chain.spec import Bucket, ChainSpec
 from fi_patches.pins.errors import PinProblem
 from fi_patches.pins.table import PinTable
 

@@ -16,14 +16,13 @@ from typing import Any
 import tomllib
 
 from fi_patches.chain.errors import ChainSpecError
+from fi_patches.chain.routes import check_routes
 from fi_patches.pins.errors import PinProblem
 from fi_patches.pins.fields import FieldReader
-from fi_patches.pins.schema import LOW_LATENCY_MAX_ROWS
-from fi_patches.wide.tile import WIDE_MAX_ROWS, WIDE_MIN_ROWS, pick_tile
 
 RUNNERS = ("low_latency", "wide", "cute_dsl", "mxfp8")
 """Runner names an op may give: one of the three pinnable runners, or ``mxfp8`` for the route
-``fi_patches.mxfp8.mm`` takes by rows (low_latency up to 8, wide 9-48, cute_dsl above)."""
+``fi_patches.mxfp8.mm`` takes by rows (see :func:`fi_patches.chain.routes.section_for`)."""
 
 MAX_DIM = 1 << 20
 MAX_ROWS = 1 << 16
@@ -127,25 +126,11 @@ class ChainSpec:
             _check_buckets(buckets, source, problems)
             _check_ops(ops, source, problems)
         if not problems:
-            _check_routes(ops, buckets, source, problems)
+            check_routes(ops, buckets, source, problems)
         if problems:
             raise ChainSpecError(problems)
         assert settings is not None
         return cls(name, tuple(ops), tuple(buckets), settings, source)
-
-
-def section_for(runner: str, rows: int) -> str | None:
-    """The pin-table section serving ``rows`` rows for an op of ``runner``; None when that
-    runner does not serve so many rows."""
-    if runner == "mxfp8":
-        if rows <= LOW_LATENCY_MAX_ROWS:
-            return "low_latency"
-        return "wide" if rows <= WIDE_MAX_ROWS else "cute_dsl"
-    if runner == "low_latency":
-        return runner if rows <= LOW_LATENCY_MAX_ROWS else None
-    if runner == "wide":
-        return runner if WIDE_MIN_ROWS <= rows <= WIDE_MAX_ROWS else None
-    return runner
 
 
 def _number(reader: FieldReader, name: str, lo: float, hi: float, default: float) -> float | None:
@@ -266,71 +251,3 @@ def _check_ops(ops: list[OpSpec], source: str, problems: list[PinProblem]) -> No
                 )
             )
         seen.setdefault(op.name, op.index)
-
-
-def _check_routes(
-    ops: list[OpSpec], buckets: list[Bucket], source: str, problems: list[PinProblem]
-) -> None:
-    """Each op's runner serves every row of every bucket with one section (and, for wide
-    tiles, one tile per bucket and a different tile for each bucket)."""
-    for op in ops:
-        tiles: dict[int, int] = {}
-        for bucket in buckets:
-            where = f"[[bucket]] #{bucket.index}"
-            rows = range(bucket.min_rows, bucket.max_rows + 1)
-            sections = {section_for(op.runner, r) for r in rows}
-            if None in sections:
-                served = [r for r in rows if section_for(op.runner, r) is not None]
-                what = f"rows {served[0]}..{served[-1]} of it" if served else "none of its rows"
-                problems.append(
-                    PinProblem(
-                        source,
-                        where,
-                        "max_rows",
-                        bucket.max_rows,
-                        f"op {op.name!r} (runner {op.runner}) serves {what}",
-                    )
-                )
-                continue
-            if len(sections) > 1:
-                routes = " and ".join(sorted(str(s) for s in sections))
-                problems.append(
-                    PinProblem(
-                        source,
-                        where,
-                        "max_rows",
-                        bucket.max_rows,
-                        f"rows {bucket.label} span the {routes}"
-                        f" routes of op {op.name!r} (runner {op.runner}); split the "
-                        f"bucket at {LOW_LATENCY_MAX_ROWS} and {WIDE_MAX_ROWS}",
-                    )
-                )
-                continue
-            if sections != {"wide"}:
-                continue
-            bucket_tiles = {pick_tile(r) for r in rows}
-            if len(bucket_tiles) > 1:
-                problems.append(
-                    PinProblem(
-                        source,
-                        where,
-                        "max_rows",
-                        bucket.max_rows,
-                        f"rows {bucket.label} need wide tiles {sorted(bucket_tiles)} for "
-                        f"op {op.name!r}; a wide pin is per tile, so split the bucket",
-                    )
-                )
-                continue
-            tile = bucket_tiles.pop()
-            if tile in tiles:
-                problems.append(
-                    PinProblem(
-                        source,
-                        where,
-                        "min_rows",
-                        bucket.min_rows,
-                        f"rows {bucket.label} use wide tile {tile} like [[bucket]] "
-                        f"#{tiles[tile]}; a wide pin is per tile, so merge them",
-                    )
-                )
-            tiles.setdefault(tile, bucket.index)
