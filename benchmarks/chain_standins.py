@@ -2,17 +2,22 @@
 (no FlashInfer, no Blackwell needed): CUDA-graph capture of a 3-op chain, selection in the chain
 and alone, repeatability, and a chain-vs-isolated comparison measured in the same run.
 
-Each stand-in op is a bf16 GEMM ``x @ w.T`` offering five "tactics", in this enumerator order:
+Each stand-in op is a bf16 GEMM ``x @ w.T`` offering six "tactics", in this enumerator order:
 
 * ``("splitk", s)`` for s = 1, 2, 4: one GEMM, or s K-slices as a batched GEMM plus a sum;
-* ``("prefetch", 1)``: reads its weight on a side stream that forks where the *previous* op of
-  the chain starts (``fi_patches.chain.chain_position()``), then runs the GEMM from L2 once
-  both are done. Alone there is nothing to overlap, so the weight is read twice in a row and it
-  should lose; in the chain the read overlaps the previous op, as the low-latency kernel's
-  PDL prologue loads weights before its grid wait;
+* ``("prefetch", 1)``: reads its weight (a sum) on a side stream forked where the previous op
+  starts, then runs the GEMM once both are done: a weight-load prologue that overlaps the
+  previous op, the rest of the GEMM after it;
+* ``("overlap", 1)``: the GEMM on a side stream forked where the *previous* op of the chain
+  starts (``fi_patches.chain.chain_position()``), joined before the next op. Alone there is
+  nothing to overlap and it only adds a fork and a join; in the chain it runs beside the
+  previous op, as a PDL kernel's prologue runs beside its predecessor's tail. The stand-ins'
+  inputs do not depend on each other, so the whole GEMM can overlap: a larger effect than a
+  real kernel's weight-load prologue gets. It is there to show the harness measuring an effect
+  that timing each op alone cannot see;
 * ``("slow", 1)``: the same GEMM computed twice -- deliberately slower, it must never win.
 
-Weights are sized so two fit in L2 together; every timed replay starts from a flushed L2.
+Every timed replay starts from a flushed L2.
 
     python benchmarks/chain_standins.py [--runs 3] [--repeats 9] [--replays 20] [--cpu-smoke]
 """
@@ -34,7 +39,14 @@ from fi_patches.cli.table import render as table
 SHAPES = (("a", 2048, 2048), ("b", 3072, 1536), ("c", 2048, 2304))
 """(name, N, K): bf16 weights of 8.4, 9.4 and 9.4 MB."""
 
-TACTICS = (("splitk", 1), ("splitk", 2), ("splitk", 4), ("prefetch", 1), ("slow", 1))
+TACTICS = (
+    ("splitk", 1),
+    ("splitk", 2),
+    ("splitk", 4),
+    ("prefetch", 1),
+    ("overlap", 1),
+    ("slow", 1),
+)
 SLOW = ("slow", 1)
 BUCKETS = (Bucket(1, 8, 8, 1), Bucket(9, 32, 32, 2))
 
@@ -79,6 +91,7 @@ class StandinGemm:
         return position
 
     def _prefetch(self, position: Any) -> None:
+        """Read the weight on the side stream, from where the previous op of this run starts."""
         torch = self.torch
         flat = self.weight.view(-1)
         if not self.cuda:
@@ -89,11 +102,29 @@ class StandinGemm:
         if position is not None and position.index > 0:
             previous = _starts.get((position.run, position.index - 1))
         if previous is not None:
-            self.side.wait_event(previous)  # fork where the previous op started
+            self.side.wait_event(previous)
         else:
             self.side.wait_stream(main)
         with torch.cuda.stream(self.side):
             torch.sum(flat, 0, dtype=torch.float32, out=self.sink)
+        main.wait_stream(self.side)
+
+    def _overlapped(self, position: Any, x: Any, out: Any) -> None:
+        """The GEMM on the side stream, from where the previous op of this chain run starts."""
+        torch = self.torch
+        if not self.cuda:
+            torch.mm(x, self.weight.t(), out=out)
+            return
+        main = torch.cuda.current_stream()
+        previous = None
+        if position is not None and position.index > 0:
+            previous = _starts.get((position.run, position.index - 1))
+        if previous is not None:
+            self.side.wait_event(previous)
+        else:
+            self.side.wait_stream(main)
+        with torch.cuda.stream(self.side):
+            torch.mm(x, self.weight.t(), out=out)
         main.wait_stream(self.side)
 
     def forward(self, inputs: dict[str, Any], tactic: Any = None, **kwargs: Any) -> None:
@@ -101,6 +132,9 @@ class StandinGemm:
         x, out, w = inputs["x"], inputs["out"], self.weight
         position = self._mark_start()
         kind, split = tactic
+        if kind == "overlap":
+            self._overlapped(position, x, out)
+            return
         if kind == "prefetch":
             self._prefetch(position)
         if kind == "slow":
