@@ -9,10 +9,24 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 from fi_patches.chain.ops import RunnerOp
 from fi_patches.chain.select import Slot
 from fi_patches.chain.spec import Bucket
 from fi_patches.chain.timing import Trial
+
+
+def _torch_has_cuda() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())
+
+
+cpu_only = pytest.mark.skipif(
+    _torch_has_cuda(), reason="checks what happens where torch sees no CUDA device"
+)
+"""For tests of the CPU path: what tune, validate and the adapters do without a CUDA device."""
 
 
 class ListRunner:

@@ -16,7 +16,7 @@ from fi_patches.chain.spec import ChainSpec
 from fi_patches.cli import main
 from fi_patches.cli.progress import PlainCounter, progress
 from fi_patches.pins.table import PinTable
-from tests.chain_helpers import CostTimer
+from tests.chain_helpers import CostTimer, cpu_only
 
 CHAIN = """
 [chain]
@@ -211,6 +211,7 @@ def test_save_timings_re_records_what_was_replayed(both, chain, tmp_path):
     assert a["low_latency"] == b["low_latency"] and a["wide"] == b["wide"]
 
 
+@cpu_only
 def test_timing_here_needs_a_blackwell_gpu(sm103, chain, tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("FI_PATCHES_DEVICE")
     assert main(["tune", "--chain", str(chain), "--out", str(tmp_path / "p.toml")]) == 2
@@ -220,6 +221,7 @@ def test_timing_here_needs_a_blackwell_gpu(sm103, chain, tmp_path, capsys, monke
     assert not (tmp_path / "p.toml").exists()
 
 
+@cpu_only
 def test_a_runner_that_cannot_list_its_tactics_here_is_named(pinning, chain, tmp_path, capsys):
     timings = tmp_path / "timings.json"
     timings.write_text(

@@ -17,6 +17,7 @@ from fi_patches.chain.timing import Trial, chain_position, run_chain
 from fi_patches.pins.table import PinTable
 from fi_patches.wide.tactics import wide_tactics
 from tests import cutedsl, lowlat
+from tests.chain_helpers import cpu_only
 from tests.test_chain_spec import EXAMPLE
 
 pytestmark = pytest.mark.simulated
@@ -94,6 +95,7 @@ def test_current_pins_are_read_as_each_runner_spells_its_tactics(both):
     }
 
 
+@cpu_only
 @pytest.mark.parametrize(("section", "rows"), [("low_latency", 8), ("cute_dsl", 128)])
 def test_ops_launch_through_the_runner_s_forward_up_to_the_kernel(simulated, section, rows):
     op = mxfp8_op("wq_b", section, 6144, 1536, 103, device="cpu")
@@ -117,6 +119,7 @@ def test_the_low_latency_forward_checks_the_tactic_it_is_given(simulated):
         op.launch(op.inputs(8), (999, 1, 1, 1))
 
 
+@cpu_only
 def test_the_wide_op_compiles_its_tactic_and_stops_at_the_launch(simulated):
     op = mxfp8_op("wq_b", "wide", 6144, 1536, 103, device="cpu")
     with pytest.raises(ValueError, match="wide kernels run on CUDA tensors"):

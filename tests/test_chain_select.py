@@ -230,3 +230,14 @@ def test_progress_counts_every_sample_and_grows_for_later_passes():
     assert sum(a for a, _, _ in seen) == 5 * len(SPLIT) * 2
     assert seen[0][1] == 3 * len(SPLIT) * 2 and seen[-1][1] == 5 * len(SPLIT) * 2
     assert seen[0][2] == "rows 8, a"
+
+
+def test_the_cuda_graph_timer_needs_a_cuda_device():
+    import torch
+
+    from fi_patches.chain.timing import CudaGraphTimer
+
+    if torch.cuda.is_available():
+        pytest.skip("checks the refusal where torch sees no CUDA device")
+    with pytest.raises(TuneError, match="timing a chain needs a CUDA device; torch sees none"):
+        CudaGraphTimer()

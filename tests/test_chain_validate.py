@@ -13,6 +13,7 @@ from fi_patches.chain.report import FAILED, NOT_RUN
 from fi_patches.chain.validate import _pin_checks, blackwell_reason, validate, wide_rows
 from fi_patches.cli import main
 from fi_patches.pins.table import PinTable
+from tests.chain_helpers import cpu_only
 from tests.test_chain_spec import EXAMPLE
 
 PINS = """
@@ -51,6 +52,7 @@ def pins(tmp_path):
     return path
 
 
+@cpu_only
 def test_off_blackwell_every_check_is_not_run_with_the_reason(sm103, pins, tmp_path, capsys):
     # FI_PATCHES_DEVICE=sm_103 targets Blackwell offline, but checks need the real device
     assert blackwell_reason() == "torch sees no CUDA device"
@@ -80,6 +82,7 @@ def test_off_blackwell_every_check_is_not_run_with_the_reason(sm103, pins, tmp_p
     assert "- result: 0 passed, 0 failed, 12 not run" in markdown
 
 
+@cpu_only
 def test_without_a_report_file_the_markdown_is_printed(pins, capsys):
     assert main(["validate", "--pins", str(pins)]) == 0
     printed = capsys.readouterr().out
@@ -87,6 +90,7 @@ def test_without_a_report_file_the_markdown_is_printed(pins, capsys):
     assert "| chain time | pinned vs stock-tuned | not run | " + REASON in printed
 
 
+@cpu_only
 def test_the_default_table_empty_means_no_pin_checks(capsys):
     assert main(["validate"]) == 0
     printed = capsys.readouterr().out
@@ -102,6 +106,7 @@ def test_bad_inputs_exit_1(tmp_path, pins, capsys):
     assert "none.toml: file: cannot be read" in capsys.readouterr().err
 
 
+@cpu_only
 def test_a_check_that_cannot_launch_fails_with_what_it_raised(pins, pinning):
     # what a check does where the launch is impossible: a failure naming the error, never a pass
     planned = _pin_checks(PinTable.from_file(pins))
