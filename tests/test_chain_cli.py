@@ -4,6 +4,7 @@ provenance sidecar, ``--isolated``, the progress display and its errors."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 
@@ -288,7 +289,10 @@ def test_progress_on_stderr(both, chain, tmp_path, capsys):
         == 0
     )
     err = capsys.readouterr().err
-    assert "tune: 100%" in err and "sample" in err  # tqdm is installed here
+    if importlib.util.find_spec("tqdm") is not None:
+        assert "tune: 100%" in err and "sample" in err
+    else:
+        assert "samples (rows 65..128, cute_dsl 7168x4096)" in err
 
 
 def test_the_plain_counter_without_tqdm():
