@@ -18,6 +18,25 @@ SelfCheck = Callable[[Device], "str | None"]
 
 
 @dataclass(frozen=True)
+class Requirement:
+    """Another distribution a feature needs besides FlashInfer (vLLM): the releases it is
+    verified on and the internals probed in it, checked as FlashInfer's are.
+
+    INTERIM (issue 13): the Feature redesign makes every dependency, FlashInfer included, one of
+    these; until then ``Feature.requires`` lists the extra ones.
+    """
+
+    distribution: str
+    """The name pip knows (``vllm``); its version is read from the installed metadata."""
+    module: str
+    """The import name, looked up with ``find_spec`` (nothing is imported to find it)."""
+    label: str
+    """How reasons name it (``vLLM``)."""
+    verified: SpecifierSet
+    probes: tuple[Probe, ...] = ()
+
+
+@dataclass(frozen=True)
 class Feature:
     """What one fi_patches feature needs from FlashInfer and the device."""
 
@@ -25,9 +44,16 @@ class Feature:
     summary: str
     verified: SpecifierSet
     devices: tuple[str, ...]
+    """The target archs it runs on; empty for a feature that needs no particular device (it is
+    then never asked for one, so checking it initializes no CUDA context)."""
     probes: tuple[Probe, ...]
     self_check: str
     """``module:function`` of the :data:`SelfCheck`, imported only when it runs."""
+    requires: tuple[Requirement, ...] = ()
+    """Other distributions it needs, checked before FlashInfer (INTERIM, see Requirement)."""
+    uses_flashinfer: bool = True
+    """False for a feature that touches no FlashInfer internal (the vLLM plugin): FlashInfer is
+    then neither imported nor checked, and ``verified`` and ``probes`` are unused."""
 
     def load_self_check(self) -> SelfCheck:
         import importlib
