@@ -7,6 +7,7 @@ FlashInfer stock."""
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,6 +105,8 @@ def disable() -> None:
         for installation in (*INSTALLATIONS.values(), TUNER_CACHE):
             while installation.count:
                 installation.release()
+        if "fi_patches.vllm.route" in sys.modules:  # the vLLM plugin's route (issue 13)
+            sys.modules["fi_patches.vllm.route"].remove()
     logger.log(logging.INFO, "fi_patches: every patch removed")
 
 

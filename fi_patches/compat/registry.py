@@ -10,6 +10,8 @@ _DECLARATIONS = (
     "fi_patches.pinning.feature:FEATURE",
     "fi_patches.cute_dsl.feature:FEATURE",
     "fi_patches.wide.feature:FEATURE",
+    "fi_patches.vllm.feature:PLUGIN",
+    "fi_patches.vllm.feature:ROUTE",
 )
 
 
