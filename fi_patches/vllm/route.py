@@ -20,11 +20,13 @@ from typing import Any
 import wrapt
 
 from fi_patches._logging import get_logger, log_once
+from fi_patches.compat.evaluate import NO_DEVICE
 from fi_patches.compat.requirements import check_requirement
 from fi_patches.patching import AttributePatch, PatchSet
 from fi_patches.patching.attribute import Gate
 from fi_patches.vllm import _upstream as upstream
 from fi_patches.vllm import gemm
+from fi_patches.vllm.self_check import route_self_check
 
 logger = get_logger(__name__)
 
@@ -62,6 +64,7 @@ def _make(api: upstream.KernelApi) -> Callable[[Any, Gate], Callable[..., Any]]:
 
         apply_weights.__qualname__ = f"{upstream.KERNEL_CLASS}.{upstream.APPLY_WEIGHTS}"
         apply_weights.__doc__ = f"fi_patches' routing of {original.__qualname__}."
+        apply_weights.__wrapped__ = original  # type: ignore[attr-defined]  # probes see vLLM's
         return apply_weights
 
     return make
@@ -93,17 +96,23 @@ def _routed(api: upstream.KernelApi, kernel: Any, layer: Any, x: Any, bias: Any)
 
 
 def install() -> str:
-    """Patch vLLM's kernel class now (the probes import its module); returns what happened, in
-    a sentence. Never raises."""
+    """Patch vLLM's kernel class now (the probes import its module) if vLLM is verified, has
+    every internal and passes the self-check; returns what happened, in a sentence. Never
+    raises."""
     global _patches, _outcome
     with _lock:
         if _patches is not None:
             return _outcome
-        check = check_requirement(upstream.ROUTE_REQUIREMENT)
-        if check.reason is not None:
-            _outcome = f"routing off: {check.reason}"
-            return _outcome
         try:
+            # The vllm_route feature's gates that need no device (the device, and FlashInfer,
+            # are checked at the first GEMM, in the process that runs it).
+            problem = check_requirement(upstream.ROUTE_REQUIREMENT).reason
+            if problem is None:
+                failed = route_self_check(NO_DEVICE)
+                problem = f"self-check failed: {failed}." if failed else None
+            if problem is not None:
+                _outcome = f"routing off: {problem}"
+                return _outcome
             api = upstream.kernel_api()
             gemm.prepare(api)
             patches = PatchSet(

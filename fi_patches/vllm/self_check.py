@@ -5,6 +5,7 @@ and issues its GEMM as the route assumes."""
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 from typing import Any
 
 from fi_patches.compat.device import Device
@@ -45,7 +46,8 @@ def route_self_check(device: Device) -> str | None:
 
     cls = upstream.kernel_class()
     method = vars(cls).get(upstream.APPLY_WEIGHTS)
-    code = getattr(method, "__code__", None)
+    # vLLM's own method, also while fi_patches' route (which wraps it) is installed
+    code = getattr(inspect.unwrap(method), "__code__", None) if method else None
     if code is None:
         return f"{upstream.KERNEL_CLASS} no longer defines {upstream.APPLY_WEIGHTS} itself"
     if upstream.VLLM_MM_MXFP8 not in code.co_names or upstream.CUTE_DSL_BACKEND not in (
