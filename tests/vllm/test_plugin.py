@@ -169,19 +169,11 @@ def test_bad_pins_leave_vllm_and_flashinfer_stock_with_one_error_line(tmp_path, 
     ), lines[0]
 
 
-def test_doctor_lists_the_vllm_features(tmp_path):
-    child = {k: v for k, v in os.environ.items() if not k.startswith("FI_PATCHES_")}
-    result = subprocess.run(
-        [sys.executable, "-m", "fi_patches", "doctor", "--json"],
-        capture_output=True,
-        text=True,
-        env={**child, "FI_PATCHES_DEVICE": "sm_103"},
-        cwd=tmp_path,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr
-    records = {r["name"]: r for r in json.loads(result.stdout)}
+def test_doctor_lists_the_vllm_features(sm103, capsys):
+    from fi_patches.cli import main
+
+    assert main(["doctor", "--json"]) == 0
+    records = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
     plugin, route = records["vllm_plugin"], records["vllm_route"]
     assert plugin["enabled"] and route["enabled"], (plugin["reason"], route["reason"])
     assert plugin["reason"] == "vLLM 0.34.0 is verified; 3 probes and the self-check pass."
@@ -191,3 +183,7 @@ def test_doctor_lists_the_vllm_features(tmp_path):
     assert (plugin["device"], route["device"]) == ("any", "sm_103")
     assert route["verified"].endswith("; vllm==0.34.0")
     assert all(p["ok"] for p in route["probes"])
+    assert main(["doctor"]) == 0
+    table = capsys.readouterr().out
+    assert re.search(r"^vllm_plugin +enabled +- +any +vLLM 0\.34\.0 is verified", table, re.M)
+    assert re.search(r"^vllm_route +enabled +0\.7\.4 +sm_103 +vLLM 0\.34\.0 and", table, re.M)
