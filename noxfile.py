@@ -1,7 +1,8 @@
 # /// script
 # dependencies = ["nox>=2024.4.15"]
 # ///
-"""The FlashInfer compat matrix (``compat/matrix.toml``), one nox session per release.
+"""The FlashInfer compat matrix (``compat/matrix.toml``), one nox session per release, and the
+vLLM integration's tests against the real vLLM.
 
 ``nox -s matrix`` (also plain ``nox``, or ``python -m compat.run``) runs, in order: ``base`` (a
 venv with the CPU torch and the dependencies every release shares), ``cell(<release>)`` for each
@@ -9,6 +10,9 @@ release (a venv that sees the base, with ``flashinfer-python==<release>`` and th
 test extra: the test suite and ``doctor --json`` per cell) and ``report`` (``compat/RESULTS.md``;
 fails when any cell disagrees with the matrix). The logic lives in ``compat/``; this file only
 wires sessions.
+
+``nox -s vllm`` builds a venv of its own with vLLM (never the default test venv) and runs the
+tests that need it (``tests/vllm``).
 """
 
 from __future__ import annotations
@@ -147,3 +151,30 @@ def report(session: nox.Session) -> None:
     session.log(f"wrote {RESULTS_MD.relative_to(ROOT)}")
     if problems:
         session.error(f"{len(problems)} problem(s):\n" + "\n".join(problems))
+
+
+VLLM = "vllm==0.34.0"
+VLLM_FLASHINFER = "flashinfer-python==0.7.4"
+VLLM_TESTS = ("tests/vllm", "tests/test_vllm_settings.py")
+
+
+@nox.session
+def vllm(session: nox.Session) -> None:
+    """The vLLM integration against the real vLLM on CPU: vLLM installed without its
+    dependencies (they pull a CUDA torch) plus the few its plugin loader and MXFP8 kernel
+    module import (``tests/vllm/requirements.txt``), then ``doctor`` and the vLLM tests."""
+    start = time.monotonic()
+    held = Path(session.create_tmp()) / "torch.txt"
+    held.write_text(f"{MATRIX.torch}\n")
+    # torch first and held: the machine's CPU wheel; anything looser resolves a CUDA build.
+    session.install("-q", MATRIX.torch)
+    light = str(ROOT / "tests" / "vllm" / "requirements.txt")
+    session.install("-q", "-c", str(held), VLLM_FLASHINFER, "-e", f"{ROOT}[test]", "-r", light)
+    session.install("-q", "--no-deps", VLLM)
+    python = Path(session.bin) / "python"
+    found = runner.installed_versions(python, ["torch", "vllm", runner.DISTRIBUTION])
+    if "+cpu" not in (found["torch"] or ""):
+        session.error(f"the vLLM environment has torch {found['torch']!r}, not a CPU build")
+    session.log(f"vLLM environment ready in {time.monotonic() - start:.0f} s: {found}")
+    session.run("python", "-m", "fi_patches", "doctor", env={"FI_PATCHES_DEVICE": "sm_103"})
+    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *VLLM_TESTS)

@@ -9,6 +9,7 @@ hook line in ``fi_patches_auto.pth``, which must stay a one-liner that imports n
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 PREFIX = "FI_PATCHES_"
@@ -40,13 +41,30 @@ AUTO = Variable(
 PTXAS = Variable(
     "FI_PATCHES_PTXAS", "path of the ptxas that reads wide kernels' resources (precompile)"
 )
+VLLM = Variable(
+    "FI_PATCHES_VLLM",
+    "1: activate the vLLM plugin (FI_PATCHES_PINS or FI_PATCHES_VLLM_ROUTE=1 also do); 0: keep "
+    "it off whatever else is set",
+)
+VLLM_ROUTE = Variable(
+    "FI_PATCHES_VLLM_ROUTE", "1: route vLLM's cute-dsl MXFP8 linears through fi_patches.mxfp8.mm"
+)
 CUTE_DSL_ARCH = Variable(
     "CUTE_DSL_ARCH",
     "the CuTe DSL's own compile target; fi_patches compiles wide kernels for it when neither an "
     "arch nor FI_PATCHES_DEVICE is given and there is no CUDA device",
 )
 
-VARIABLES: tuple[Variable, ...] = (DEVICE, PINS, ALLOW_UNVERIFIED, AUTO, PTXAS, CUTE_DSL_ARCH)
+VARIABLES: tuple[Variable, ...] = (
+    DEVICE,
+    PINS,
+    ALLOW_UNVERIFIED,
+    AUTO,
+    PTXAS,
+    VLLM,
+    VLLM_ROUTE,
+    CUTE_DSL_ARCH,
+)
 """Every variable fi_patches reads, in the order the README lists them."""
 
 _TRUE = ("1", "true", "yes", "on")
@@ -61,6 +79,11 @@ def get(variable: Variable) -> str | None:
 def flag(variable: Variable) -> bool:
     """Whether the variable is set to a true value (1, true, yes, on; any case)."""
     return (os.environ.get(variable.name) or "").strip().lower() in _TRUE
+
+
+def environ() -> Mapping[str, str]:
+    """The process environment, for readers that must tell an unset variable from ``0``."""
+    return os.environ
 
 
 def settings() -> dict[str, str]:

@@ -6,6 +6,7 @@ FlashInfer stock."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,6 +105,8 @@ def disable() -> None:
         for installation in (*INSTALLATIONS.values(), TUNER_CACHE):
             while installation.count:
                 installation.release()
+        if "fi_patches.vllm.route" in sys.modules:  # the vLLM route, where the plugin armed it
+            sys.modules["fi_patches.vllm.route"].remove()
     logger.info("fi_patches: every patch removed")
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from fi_patches.compat.feature import Feature
 from fi_patches.internals import flashinfer as fi
+from fi_patches.internals import vllm as vl
 from fi_patches.pinning.targets import CUTE_DSL, CUTE_DSL_WARP, LOW_LATENCY
 
 PINNED_TACTICS = Feature(
@@ -15,7 +16,7 @@ PINNED_TACTICS = Feature(
     summary=(
         "FlashInfer's low-latency MXFP8 tuner is offered only the pinned tactic per shape and rows"
     ),
-    requires=fi.FLASHINFER,
+    requires=(fi.FLASHINFER,),
     devices=("sm_100", "sm_103", "sm_107"),
     self_check="fi_patches.self_checks:pinned_tactics",
     sections=("low_latency",),
@@ -26,7 +27,7 @@ PINNED_TACTICS = Feature(
 PINNED_CUTE_DSL = Feature(
     name=fi.PINNED_CUTE_DSL,
     summary="mm_mxfp8's cute-dsl runner runs (and tunes) a pinned tactic per shape and row range",
-    requires=fi.FLASHINFER,
+    requires=(fi.FLASHINFER,),
     # sm_107 runs another cute-dsl kernel with another tactic form from 0.7.2 on.
     devices=("sm_100", "sm_103"),
     self_check="fi_patches.self_checks:pinned_cute_dsl",
@@ -38,7 +39,7 @@ PINNED_CUTE_DSL = Feature(
 WIDE_TILE = Feature(
     name=fi.WIDE_TILE,
     summary="the low-latency MXFP8 GEMM with 16-128-row activation tiles, compiled by fi_patches",
-    requires=fi.FLASHINFER,
+    requires=(fi.FLASHINFER,),
     devices=("sm_100", "sm_103"),
     self_check="fi_patches.self_checks:wide_tile",
     sections=("wide",),
@@ -52,12 +53,37 @@ PRESEED = Feature(
         "pinned_tactics(mode='preseed') writes each pin into FlashInfer's tuner cache, so tuning "
         "a pinned problem profiles nothing"
     ),
-    requires=fi.FLASHINFER,
+    requires=(fi.FLASHINFER,),
     devices=("sm_100", "sm_103", "sm_107"),
     self_check="fi_patches.self_checks:preseed",
 )
 
-FEATURES: tuple[Feature, ...] = (PINNED_TACTICS, PINNED_CUTE_DSL, WIDE_TILE, PRESEED)
+VLLM_PLUGIN = Feature(
+    name=vl.PLUGIN,
+    summary="vLLM's general plugin activates fi_patches (FI_PATCHES_PINS) in every vLLM process",
+    requires=(vl.VLLM,),
+    devices=vl.PLUGIN_DEVICES,
+    self_check="fi_patches.vllm.self_check:plugin_self_check",
+)
+
+VLLM_ROUTE = Feature(
+    name=vl.ROUTE,
+    summary="vLLM's cute-dsl MXFP8 linears send their GEMM through fi_patches.mxfp8.mm",
+    # fi_patches.mxfp8.mm's own routes gate their FlashInfer internals; FlashInfer's verified
+    # range is the one the route's call of it is verified on.
+    requires=(vl.VLLM, fi.FLASHINFER),
+    devices=vl.ROUTE_DEVICES,
+    self_check="fi_patches.vllm.self_check:route_self_check",
+)
+
+FEATURES: tuple[Feature, ...] = (
+    PINNED_TACTICS,
+    PINNED_CUTE_DSL,
+    WIDE_TILE,
+    PRESEED,
+    VLLM_PLUGIN,
+    VLLM_ROUTE,
+)
 
 
 def feature(name: str) -> Feature:

@@ -9,14 +9,16 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from packaging.version import Version
+
 from fi_patches import _env
 from fi_patches._logging import get_logger
 from fi_patches.compat.device import Device, current_device
 from fi_patches.compat.feature import Feature
-from fi_patches.compat.installed import Installed, installed
 from fi_patches.compat.installed import forget as forget_installed
+from fi_patches.compat.installed import installed
 from fi_patches.compat.versions import is_newer_than, is_verified
-from fi_patches.internals import Declared, InternalError, error_text
+from fi_patches.internals import Declared, Dependency, InternalError, error_text
 
 logger = get_logger(__name__)
 
@@ -71,80 +73,126 @@ def _probe(internal: Declared, version: Any) -> ProbeResult:
     return ProbeResult(internal.path, internal.probe())
 
 
-def evaluate(feature: Feature, fi: Installed, device: Device) -> FeatureStatus:
-    """The state of ``feature`` given the installed package and the device (no caching)."""
-    package = feature.requires.module
-    name = feature.requires.label
+def _owner(internal: Declared, feature: Feature) -> Dependency:
+    """The dependency an internal belongs to (the DSL FlashInfer compiles with counts as
+    FlashInfer's)."""
+    path = internal.path.split(" or ")[0]
+    for dependency in feature.requires:
+        if path.split(".")[0] == dependency.module:
+            return dependency
+    return feature.requires[0]
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """A dependency's verdict: the problem (None when fine), its probes and whether it is
+    enabled only through ``FI_PATCHES_ALLOW_UNVERIFIED``."""
+
+    problem: str | None
+    probes: tuple[ProbeResult, ...]
+    version: Version | None
+    unverified: bool = False
+
+
+def check_dependency(feature: Feature, dependency: Dependency) -> _Checked:
+    """Whether ``dependency`` is installed, imports, has every internal ``feature`` needs from
+    it, and is a verified release (or allowed unverified); nothing here asks for a device."""
+    found = installed(dependency)
+    name = dependency.label
+    if not found.present:
+        return _Checked(f"{name} ({dependency.distribution}) is not installed.", (), None)
+    if found.import_error is not None:
+        problem = (
+            f"import {dependency.module} failed ({found.import_error}), so every patch is off."
+        )
+        return _Checked(problem, (), None)
+    version = found.version
+    if version is None:
+        return _Checked(
+            f"{name}'s version {found.version_text!r} is not a PEP 440 version.", (), None
+        )
+    needed = [i for i in feature.internals() if _owner(i, feature) is dependency]
+    probes = tuple(_probe(internal, version) for internal in needed)
+    failed = [p for p in probes if not p.ok]
+    if failed:
+        extra = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        problem = f"{name} {version} lacks an internal it needs: {failed[0].reason}{extra}."
+        return _Checked(problem, probes, version)
+    if is_verified(version, dependency.verified):
+        return _Checked(None, probes, version)
+    where = "newer than" if is_newer_than(version, dependency.verified) else "outside"
+    if where == "newer than" and _env.flag(_env.ALLOW_UNVERIFIED):
+        return _Checked(None, probes, version, unverified=True)
+    hint = f"; set {_env.ALLOW_UNVERIFIED.name}=1 to enable it" if where == "newer than" else ""
+    problem = (
+        f"{name} {version} is {where} the verified range {dependency.verified} "
+        f"(all {len(probes)} probes pass{hint})."
+    )
+    return _Checked(problem, probes, version)
+
+
+NO_DEVICE = Device(None, "none", "no particular device needed")
+"""What the self-check of a feature that needs no device is given."""
+
+
+def evaluate(feature: Feature, device: Device | None) -> FeatureStatus:
+    """The state of ``feature`` given the installed packages and the device (None for a feature
+    that needs no particular device); no caching."""
+    patched = [d for d in feature.requires if d.module == "flashinfer"]
+    flashinfer = installed(patched[0]).label if patched else "-"
 
     def result(enabled: bool, reason: str, probes: tuple[ProbeResult, ...] = ()) -> FeatureStatus:
         return FeatureStatus(
             name=feature.name,
             enabled=enabled,
             reason=reason,
-            flashinfer=fi.label,
-            device=device.label,
-            verified=str(feature.verified),
+            flashinfer=flashinfer,
+            device=device.label if device is not None else "any",
+            verified="; ".join(f"{d.label} {d.verified}" for d in feature.requires),
             probes=probes,
         )
 
-    if not fi.present:
-        return result(False, f"{name} ({feature.requires.distribution}) is not installed.")
-    if fi.import_error is not None:
-        return result(False, f"import {package} failed ({fi.import_error}), so every patch is off.")
-    version = fi.version
-    if version is None:
-        return result(False, f"{name}'s version {fi.version_text!r} is not a PEP 440 version.")
-
-    probes = tuple(_probe(internal, version) for internal in feature.internals())
-    failed = [p for p in probes if not p.ok]
-    if failed:
-        extra = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        return result(
-            False,
-            f"{name} {version} lacks an internal it needs: {failed[0].reason}{extra}.",
-            probes,
-        )
-    allowed_unverified = False
-    if not is_verified(version, feature.verified):
-        where = "newer than" if is_newer_than(version, feature.verified) else "outside"
-        if not (where == "newer than" and _env.flag(_env.ALLOW_UNVERIFIED)):
-            hint = (
-                f"; set {_env.ALLOW_UNVERIFIED.name}=1 to enable it"
-                if where == "newer than"
-                else ""
-            )
+    probes: tuple[ProbeResult, ...] = ()
+    verdicts = []
+    for dependency in feature.requires:
+        checked = check_dependency(feature, dependency)
+        probes += checked.probes
+        if checked.problem is not None:
+            return result(False, checked.problem, probes)
+        verdicts.append((dependency, checked))
+    if device is not None:
+        if device.arch is None:
             return result(
                 False,
-                f"{name} {version} is {where} the verified range {feature.verified} "
-                f"(all {len(probes)} probes pass{hint}).",
+                f"needs {_devices_text(feature.devices)}, but {device.absence} "
+                f"({_env.DEVICE.name}=sm_103 validates offline).",
                 probes,
             )
-        allowed_unverified = True
-    if device.arch is None:
-        return result(
-            False,
-            f"needs {_devices_text(feature.devices)}, but {device.absence} "
-            f"({_env.DEVICE.name}=sm_103 validates offline).",
-            probes,
-        )
-    if device.arch not in feature.devices:
-        return result(
-            False, f"needs {_devices_text(feature.devices)}; this device is {device.arch}.", probes
-        )
+        if device.arch not in feature.devices:
+            return result(
+                False,
+                f"needs {_devices_text(feature.devices)}; this device is {device.arch}.",
+                probes,
+            )
+    releases = " and ".join(f"{d.label} {c.version}" for d, c in verdicts)
     try:
-        failure = feature.load_self_check()(device)
+        failure = feature.load_self_check()(device or NO_DEVICE)
     except Exception as exc:
         failure = f"the self-check raised {error_text(exc)}"
     if failure is not None:
-        return result(False, f"self-check failed on {name} {version}: {failure}", probes)
-    if allowed_unverified:
+        return result(False, f"self-check failed on {releases}: {failure}", probes)
+    unverified = [(d, c) for d, c in verdicts if c.unverified]
+    if unverified:
+        what = "; ".join(
+            f"{d.label} {c.version} is unverified (verified: {d.verified})" for d, c in unverified
+        )
         reason = (
-            f"{name} {version} is unverified (verified: {feature.verified}); enabled by "
-            f"{_env.ALLOW_UNVERIFIED.name}=1 because all {len(probes)} probes and the "
-            "self-check pass."
+            f"{what}; enabled by {_env.ALLOW_UNVERIFIED.name}=1 because all {len(probes)} "
+            "probes and the self-check pass."
         )
     else:
-        reason = f"{name} {version} is verified; {len(probes)} probes and the self-check pass."
+        are = "is" if len(verdicts) == 1 else "are"
+        reason = f"{releases} {are} verified; {len(probes)} probes and the self-check pass."
     return result(True, reason, probes)
 
 
@@ -160,7 +208,7 @@ def status_of(name: str) -> FeatureStatus:
         cached = _cache.get(name)
         if cached is None:
             declared = feature(name)
-            cached = evaluate(declared, installed(declared.requires), current_device())
+            cached = evaluate(declared, current_device() if declared.devices else None)
             _cache[name] = cached
             level = logging.INFO if cached.enabled else logging.DEBUG
             logger.log(level, "feature %s: %s", name, cached.reason)

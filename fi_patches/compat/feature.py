@@ -36,8 +36,12 @@ class Feature:
 
     name: str
     summary: str
-    requires: Dependency
+    requires: tuple[Dependency, ...]
+    """The packages it patches, the first the one it is mainly about (its verified range is
+    the feature's); their internals it needs name this feature."""
     devices: tuple[str, ...]
+    """The target archs it runs on; empty for a feature that needs no particular device (it
+    is then never asked for one, so judging it initializes no CUDA context)."""
     self_check: str
     """``module:function`` of the :data:`SelfCheck`, imported only when it runs."""
     sections: tuple[str, ...] = ()
@@ -54,8 +58,8 @@ class Feature:
 
     @property
     def verified(self) -> SpecifierSet:
-        """The releases of :attr:`requires` this feature is verified on."""
-        return self.requires.verified
+        """The releases of its main package this feature is verified on."""
+        return self.requires[0].verified
 
     def internals(self) -> tuple[Declared, ...]:
         """The internals this feature needs, in declaration order."""
