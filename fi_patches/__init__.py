@@ -23,6 +23,8 @@ _EXPORTS = {
     "default_pins": "fi_patches.pins.default",
     "enable": "fi_patches.activation",
     "disable": "fi_patches.activation",
+    "rank_guard": "fi_patches.ranks.guard",
+    "RankMismatchError": "fi_patches.ranks.guard",
 }
 
 __all__ = [*sorted(_EXPORTS), "__version__"]
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
     from fi_patches.pins.errors import PinProblem as PinProblem
     from fi_patches.pins.errors import PinTableError as PinTableError
     from fi_patches.pins.table import PinTable as PinTable
+    from fi_patches.ranks.guard import RankMismatchError as RankMismatchError
+    from fi_patches.ranks.guard import rank_guard as rank_guard
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -9,6 +9,7 @@ runner's dtype extras). How a winner and its measurement policy are stored diffe
 from __future__ import annotations
 
 import importlib
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,6 +30,11 @@ class _Seed:
     key: Any
     value: Any
     previous: Any
+
+
+_live: dict[int, list[_Seed]] = {}
+"""The seeds of every open preseed block, so ``fi_patches.disable()`` can take them out now."""
+_live_lock = threading.Lock()
 
 
 def _runner_for(section: str, sm: int) -> Any:
@@ -115,10 +121,23 @@ def unseed(seeds: list[_Seed]) -> None:
             seed.store[seed.key] = seed.previous
 
 
+def unseed_all() -> None:
+    """Take the seeds of every open preseed block out of the tuner's cache now (their exit then
+    finds nothing left to undo)."""
+    with _live_lock:
+        live = list(_live.values())
+    for seeds in reversed(live):
+        unseed(seeds)
+
+
 @contextmanager
 def preseeded(table: PinTable, sections: tuple[str, ...], sm: int) -> Iterator[None]:
     seeds = seed_table(table, sections, sm)
+    with _live_lock:
+        _live[id(seeds)] = seeds
     try:
         yield
     finally:
+        with _live_lock:
+            _live.pop(id(seeds), None)
         unseed(seeds)

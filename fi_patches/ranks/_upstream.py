@@ -1,0 +1,162 @@
+"""Every FlashInfer and torch.distributed internal the rank guard uses: names, signatures and
+probes, reached through importlib here only (to be folded into fi_patches' internals boundary).
+
+FlashInfer 0.7.4 defines its tuner in ``flashinfer.autotuner.autotuner`` and re-exports the
+public names from ``flashinfer.autotuner``; the guard patches the setter where it is defined and
+where it is re-exported, since callers import it from either place at call time.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from fi_patches.compat.probes import AnyOfProbe, CallableProbe, Probe
+
+AUTOTUNER = "flashinfer.autotuner"
+"""Where FlashInfer's public tuner names live (a package from 0.7.4)."""
+
+TUNER_MODULES = ("flashinfer.autotuner.autotuner", "flashinfer.autotuner")
+"""Where the tuner's private tune-group gates may be defined, newest layout first."""
+
+SET_GROUP = "set_autotune_process_group"
+SET_GROUP_PARAMS = ("group",)
+GET_GROUP = "get_autotune_process_group"
+
+OPERATION_GATE = "_check_tuning_group_phase"
+"""Called at the start of ``choose_one`` under a tune group with phase ``"operation"`` and
+selection ``("choose_one", custom_op, [runner class names], ...)``."""
+OPERATION_GATE_PARAMS = ("phase", "selection", "error")
+OPERATION_PHASE = "operation"
+
+CANDIDATE_GATE = "_sync_oom_across_tune_group"
+"""Called once per (profile, runner) with phase ``("candidates", custom_op, step, runner
+index)`` and the candidate list the ranks are about to profile, before an all-reduce."""
+CANDIDATE_GATE_PARAMS = ("local_oom", "phase", "selection", "error")
+CANDIDATES_PHASE = "candidates"
+
+PREPARE_INPUTS = "AutoTuner._prepare_input_tensors"
+"""Builds the profiling inputs of one optimization profile (the bucket) just before the
+candidates of that profile are listed."""
+PREPARE_INPUTS_PARAMS = ("profile", "inputs")
+
+TACTIC_TO_JSON = "_tactic_to_json"
+"""FlashInfer's canonical JSON form of a tactic, the one its own tune-group gates hash."""
+
+LOW_LATENCY_MODULE = "flashinfer.gemm.kernels.cute_dsl.low_latency_blockscaled_gemm"
+LOW_LATENCY_ENUMERATOR = "autotune_tactics"
+"""FlashInfer's own candidate list for its low-latency MXFP8 runner, in its order: the order
+``pins record`` breaks ties in when merging several tuner caches."""
+LOW_LATENCY_ENUMERATOR_PARAMS = (
+    "problem_sizes_mnkl",
+    "a_dtype",
+    "b_dtype",
+    "sf_dtype",
+    "sf_vec_size",
+    "c_dtype",
+)
+MXFP8_DTYPES = ("Float8E4M3FN", "Float8E4M3FN", "Float8E8M0FNU", 32, "BFloat16")
+"""``autotune_tactics``' dtype arguments for MXFP8 with BF16 output (cutlass names; 32 is the
+scale vector size)."""
+
+C10D = "torch.distributed.distributed_c10d"
+GROUP_STORE = "_get_process_group_store"
+"""The key-value store a process group was created with (every backend has one)."""
+GROUP_STORE_PARAMS = ("pg",)
+
+
+def _gate_probe(name: str, params: tuple[str, ...]) -> Probe:
+    return AnyOfProbe(tuple(CallableProbe(module, name, params) for module in TUNER_MODULES))
+
+
+GUARD_PROBES: tuple[Probe, ...] = (
+    CallableProbe(AUTOTUNER, SET_GROUP, SET_GROUP_PARAMS),
+    CallableProbe(AUTOTUNER, GET_GROUP),
+)
+"""What the automatic guard needs from FlashInfer."""
+
+DETECTOR_PROBES: tuple[Probe, ...] = (
+    *GUARD_PROBES,
+    _gate_probe(OPERATION_GATE, OPERATION_GATE_PARAMS),
+    _gate_probe(CANDIDATE_GATE, CANDIDATE_GATE_PARAMS),
+    _gate_probe(PREPARE_INPUTS, PREPARE_INPUTS_PARAMS),
+    _gate_probe(TACTIC_TO_JSON, ()),
+)
+"""What the tuning divergence detector needs from FlashInfer's tuner."""
+
+ENUMERATOR_PROBES: tuple[Probe, ...] = (
+    CallableProbe(LOW_LATENCY_MODULE, LOW_LATENCY_ENUMERATOR, LOW_LATENCY_ENUMERATOR_PARAMS),
+)
+"""What the merge's tie-break needs to list the low-latency runner's tactics."""
+
+STORE_PROBES: tuple[Probe, ...] = (CallableProbe(C10D, GROUP_STORE, GROUP_STORE_PARAMS),)
+"""What the fingerprint exchange needs from torch.distributed."""
+
+
+def first_failure(probes: tuple[Probe, ...]) -> str | None:
+    """The reason of the first probe that fails, or None when all hold."""
+    for probe in probes:
+        reason = probe.check()
+        if reason is not None:
+            return reason
+    return None
+
+
+def autotuner() -> ModuleType:
+    return importlib.import_module(AUTOTUNER)
+
+
+def tuner_module() -> ModuleType:
+    """The module defining the tuner's tune-group gates."""
+    for name in TUNER_MODULES:
+        module = importlib.import_module(name)
+        if callable(getattr(module, CANDIDATE_GATE, None)):
+            return module
+    raise AttributeError(f"none of {', '.join(TUNER_MODULES)} defines {CANDIDATE_GATE}")
+
+
+def setter_owners() -> list[ModuleType]:
+    """The modules whose ``set_autotune_process_group`` attribute is FlashInfer's setter: where
+    it is re-exported and where it is defined (one module on layouts without a package)."""
+    package = autotuner()
+    setter = getattr(package, SET_GROUP)
+    owners = [package]
+    defining = importlib.import_module(getattr(setter, "__module__", AUTOTUNER))
+    if defining is not package and vars(defining).get(SET_GROUP) is setter:
+        owners.append(defining)
+    return owners
+
+
+def tune_group() -> Any:
+    """The process group FlashInfer's tuner synchronizes over now, or None."""
+    getter: Callable[[], Any] = getattr(autotuner(), GET_GROUP)
+    return getter()
+
+
+def tuner_class() -> type:
+    """FlashInfer's ``AutoTuner``, the owner of ``_prepare_input_tensors``."""
+    owner, _ = PREPARE_INPUTS.split(".")
+    tuner: type = getattr(tuner_module(), owner)
+    return tuner
+
+
+def tactic_json(tactic: Any) -> Any:
+    """``tactic`` in FlashInfer's canonical JSON form."""
+    return getattr(tuner_module(), TACTIC_TO_JSON)(tactic)
+
+
+def group_store(group: Any) -> Any:
+    """The ``torch.distributed.Store`` that ``group`` was created with."""
+    getter = getattr(importlib.import_module(C10D), GROUP_STORE)
+    return getter(group)
+
+
+def low_latency_tactics(n: int, k: int, rows: int) -> list[tuple[int, ...]]:
+    """FlashInfer's low-latency MXFP8 tactics for weight ``(n, k)`` at ``rows`` rows, in its
+    enumerator's order."""
+    cutlass = importlib.import_module("cutlass")
+    dtypes = [getattr(cutlass, d) if isinstance(d, str) else d for d in MXFP8_DTYPES]
+    enumerate_tactics = getattr(importlib.import_module(LOW_LATENCY_MODULE), LOW_LATENCY_ENUMERATOR)
+    return [tuple(t) for t in enumerate_tactics((n, rows, k, 1), *dtypes)]
