@@ -28,13 +28,13 @@ logger = get_logger(__name__)
 def guard_before_tuning(group: Any) -> None:
     """Run the guard on ``group`` in the configured mode; only a mismatch in ``raise`` mode
     escapes, anything else is logged and FlashInfer goes on."""
-    from fi_patches.ranks.guard import RankMismatchError, rank_guard
+    from fi_patches.ranks.guard import DEFAULT_TIMEOUT, RankMismatchError, run_guard
 
     mode = settings.automatic_mode()
     if mode == "off":
         return
     try:
-        rank_guard(group, on_mismatch=mode)
+        run_guard(group, mode, DEFAULT_TIMEOUT, _upstream.SET_GROUP)
     except RankMismatchError:
         if mode == "raise":
             raise

@@ -78,14 +78,14 @@ def group_view(group: Any = None) -> GroupView:
     return GroupView(_upstream.group_store(pg), rank, dist.get_world_size(pg), ranks, name)
 
 
-_counters: dict[tuple[str, str], int] = {}
+_counters: dict[tuple[str, str, int], int] = {}
 _counters_lock = threading.Lock()
 
 
 def _next_prefix(view: GroupView, namespace: str) -> str:
     """A key prefix unique to this call: every rank numbers its calls per group and namespace
     in the same order, as with any collective."""
-    key = (namespace, view.name)
+    key = (namespace, view.name, view.rank)
     with _counters_lock:
         sequence = _counters.get(key, 0)
         _counters[key] = sequence + 1

@@ -125,6 +125,12 @@ def rank_guard(
     ``"disable"`` turns fi_patches' pins off on every rank that took part and logs why;
     ``"warn"`` logs. In those two modes this rank's own fingerprint is returned.
     """
+    return run_guard(group, on_mismatch, timeout, "rank_guard()")
+
+
+def run_guard(group: Any, on_mismatch: str, timeout: float, call: str) -> Fingerprint:
+    """:func:`rank_guard`, with ``call`` naming the call site in the comparison: ranks that
+    reach different guard calls (one rank skipped one) are reported instead of matched."""
     if on_mismatch not in MODES:
         raise ValueError(
             f"rank_guard(on_mismatch={on_mismatch!r}): must be one of {', '.join(MODES)}"
@@ -133,8 +139,9 @@ def rank_guard(
         raise ValueError(f"rank_guard(timeout={timeout!r}): must be a positive number of seconds")
     view = group_view(group)
     mine = local_fingerprint()
+    sent = Fingerprint((("guard.call", call), *mine.fields))
     try:
-        payloads = all_gather(view, NAMESPACE, mine.to_bytes(), timeout)
+        payloads = all_gather(view, NAMESPACE, sent.to_bytes(), timeout)
     except ExchangeTimeout as exc:
         problem = RankMismatchError(
             missing_message(view, exc.missing, timeout), missing=exc.missing
