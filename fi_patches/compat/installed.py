@@ -43,7 +43,9 @@ class InstalledFlashInfer:
         return self.version_text or "unknown version"
 
 
-_lock = threading.Lock()
+_lock = threading.RLock()
+"""Re-entrant: importing FlashInfer here runs its post-import hooks (``fi_patches.auto``), which
+ask for the installed FlashInfer again on this thread."""
 _cached: InstalledFlashInfer | None = None
 
 

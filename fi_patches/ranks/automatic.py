@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -88,12 +89,13 @@ GUARD = Installation("rank_guard", _build)
 def arm() -> bool:
     """Acquire the guard's installation; False when there is no FlashInfer to guard, or (logged
     once) when it could not be applied, so pinning goes on without it."""
-    from fi_patches.compat.installed import installed_flashinfer
+    if "flashinfer" not in sys.modules:
+        from fi_patches.compat.installed import installed_flashinfer
 
-    # Import FlashInfer before taking the installation's lock: its post-import hook
-    # (fi_patches.auto) arms the guard too, and must not find the lock held.
-    if not installed_flashinfer().importable:
-        return False
+        # Import FlashInfer before taking the installation's lock: its post-import hook
+        # (fi_patches.auto) arms the guard too, and must not find the lock held.
+        if not installed_flashinfer().importable:
+            return False
     try:
         GUARD.acquire()
     except Exception:
