@@ -116,7 +116,9 @@ def pinned_tactics(
     table wins for its entries) and are local to the thread or task that entered them. A bad
     table raises :class:`PinTableError` before anything is applied; sections whose feature is
     off, and tables chosen on another device or release, do nothing and log why once. Yields
-    the active table, or None when nothing is pinned.
+    the active table, or None when nothing is pinned. While any block is open, pins or not,
+    FlashInfer's ``set_autotune_process_group`` first runs the rank guard
+    (:mod:`fi_patches.ranks`).
     """
     if mode not in MODES:
         raise ValueError(f"pinned_tactics(mode={mode!r}): mode must be one of {', '.join(MODES)}")
