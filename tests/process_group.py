@@ -1,5 +1,5 @@
-"""Start N real processes that join one torch.distributed group on gloo (CPU), run the same
-script, and report one JSON result each; a wall-clock limit is enforced on the whole group, so
+"""Start N real processes that join one torch.distributed group on gloo (CPU, rendezvous on
+127.0.0.1 at a free port), run the same script, and report one JSON result each; a wall-clock limit is enforced on the whole group, so
 a hang kills every process and fails the test instead of stalling CI."""
 
 from __future__ import annotations
@@ -65,16 +65,11 @@ def run_group(
     *,
     limit: float,
     env: Callable[[int], dict[str, str]] | None = None,
-    rendezvous: str = "tcp",
 ) -> list[RankOutcome]:
     """Run ``body`` (after a preamble that joins the group; ``report(value)`` records a rank's
     result) in ``world`` processes. Every process is killed and the test fails when the group
     has not finished ``limit`` seconds after the start."""
-    init = (
-        f"tcp://127.0.0.1:{free_port()}"
-        if rendezvous == "tcp"
-        else f"file://{tmp_path / 'rendezvous'}"
-    )
+    init = f"tcp://127.0.0.1:{free_port()}"
     script = tmp_path / "rank.py"
     script.write_text(PREAMBLE.format(root=str(ROOT), result=RESULT) + body)
     base = {k: v for k, v in os.environ.items() if not k.startswith("FI_PATCHES_")}

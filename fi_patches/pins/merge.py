@@ -21,7 +21,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fi_patches.pinning.targets import CUTE_DSL_CLASS, LOW_LATENCY_CLASS
 from fi_patches.pins.record import TunedEntry
+from fi_patches.wide.runner import CLASS_NAME as WIDE_CLASS
 
 TieOrder = Callable[[str, int, int, int], Sequence[Any] | None]
 """``(runner class, n, k, bucket) -> tactics in the enumerator's order``, or None."""
@@ -112,11 +114,11 @@ def runner_order(sm_version: int) -> TieOrder:
     """Each runner's enumerator order on the device ``sm_version`` (see the module's rule 3)."""
 
     def order(runner: str, n: int, k: int, bucket: int) -> Sequence[Any] | None:
-        if runner == "CutedslLowLatencyBlockscaledGemmRunner":
+        if runner == LOW_LATENCY_CLASS:
             from fi_patches.ranks._upstream import low_latency_tactics
 
             return low_latency_tactics(n, k, bucket)
-        if runner == "CuteDSLMxfp8GemmRunner":
+        if runner == CUTE_DSL_CLASS:
             import torch
 
             from fi_patches.cute_dsl.runner import cute_dsl_runner
@@ -125,7 +127,7 @@ def runner_order(sm_version: int) -> TieOrder:
             cute = cute_dsl_runner(sm_version // 10, sm_version % 10, torch.bfloat16)
             listed: Sequence[Any] = cute.get_valid_tactics(mxfp8_runner_inputs(n, k, bucket), None)
             return listed
-        if runner == "WideLowLatencyGemmRunner":
+        if runner == WIDE_CLASS:
             from fi_patches.wide.tactics import wide_tactics
             from fi_patches.wide.tile import pick_tile
 
