@@ -9,7 +9,8 @@ where it is re-exported, since callers import it from either place at call time.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
@@ -41,6 +42,8 @@ PREPARE_INPUTS = "AutoTuner._prepare_input_tensors"
 """Builds the profiling inputs of one optimization profile (the bucket) just before the
 candidates of that profile are listed."""
 PREPARE_INPUTS_PARAMS = ("profile", "inputs")
+OPT_SHAPES = "get_opt_shapes"
+"""``OptimizationProfile.get_opt_shapes()``: the shapes a profile (one bucket) tunes at."""
 
 TACTIC_TO_JSON = "_tactic_to_json"
 """FlashInfer's canonical JSON form of a tactic, the one its own tune-group gates hash."""
@@ -160,3 +163,54 @@ def low_latency_tactics(n: int, k: int, rows: int) -> list[tuple[int, ...]]:
     dtypes = [getattr(cutlass, d) if isinstance(d, str) else d for d in MXFP8_DTYPES]
     enumerate_tactics = getattr(importlib.import_module(LOW_LATENCY_MODULE), LOW_LATENCY_ENUMERATOR)
     return [tuple(t) for t in enumerate_tactics((n, rows, k, 1), *dtypes)]
+
+
+@dataclass(frozen=True)
+class CandidateGateCall:
+    """One call of the candidate gate: ``phase`` is ``("candidates", op, step, runner index)``,
+    ``selection`` the list about to be profiled; ``failed`` when this rank could not prepare
+    the runner (FlashInfer then coordinates the fallback itself)."""
+
+    op: str
+    step: int
+    runner_index: int
+    selection: Sequence[Any]
+    failed: bool
+
+
+def _bound(
+    params: tuple[str, ...], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    bound = dict(zip(params, args, strict=False))  # the leading positional arguments
+    bound.update(kwargs)
+    return bound
+
+
+def candidate_gate_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> CandidateGateCall | None:
+    """The candidate gate's arguments, or None for the gate's other phases."""
+    bound = _bound(CANDIDATE_GATE_PARAMS, args, kwargs)
+    phase = bound.get("phase")
+    if not (isinstance(phase, tuple) and len(phase) == 4 and phase[0] == CANDIDATES_PHASE):
+        return None
+    failed = bool(bound.get("local_oom")) or bool(bound.get("error"))
+    return CandidateGateCall(
+        str(phase[1]), int(phase[2]), int(phase[3]), bound.get("selection", ()), failed
+    )
+
+
+def operation_gate_call(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[str, list[str]] | None:
+    """``(op, runner class names)`` of an ``"operation"`` gate call, whose selection is
+    ``("choose_one", op, [runner class names], ...)``; None for other phases."""
+    bound = _bound(OPERATION_GATE_PARAMS, args, kwargs)
+    if bound.get("phase") != OPERATION_PHASE:
+        return None
+    selection = bound.get("selection", ())
+    return str(selection[1]), [str(name) for name in selection[2]]
+
+
+def profile_shapes(profile: Any) -> str:
+    """The shapes an optimization profile tunes at, as text (the bucket, in a message)."""
+    shapes = getattr(profile, OPT_SHAPES)()
+    return str(tuple(tuple(int(d) for d in shape) for shape in shapes))

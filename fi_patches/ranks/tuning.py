@@ -55,34 +55,27 @@ class TacticDivergenceError(RankMismatchError):
 _context = threading.local()
 
 
-def _shapes(profile: Any) -> str:
-    shapes = profile.get_opt_shapes()
-    return str(tuple(tuple(int(d) for d in shape) for shape in shapes))
-
-
-def _payload(phase: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
-    op, runner_index = str(phase[1]), int(phase[3])
+def _payload(call: _upstream.CandidateGateCall) -> bytes:
     runners: Sequence[str] = getattr(_context, "runners", ())
-    same_op = getattr(_context, "op", None) == op
-    runner = runners[runner_index] if same_op and runner_index < len(runners) else None
+    same_op = getattr(_context, "op", None) == call.op
+    known = same_op and call.runner_index < len(runners)
     entry: dict[str, Any] = {
-        "op": op,
-        "runner": runner or f"runner #{runner_index}",
-        "bucket": getattr(_context, "bucket", None) or f"profile #{phase[2]}",
+        "op": call.op,
+        "runner": runners[call.runner_index] if known else f"runner #{call.runner_index}",
+        "bucket": getattr(_context, "bucket", None) or f"profile #{call.step}",
         "skip": None,
     }
-    local_oom = args[0] if args else kwargs.get("local_oom", False)
-    if local_oom or kwargs.get("error"):
+    if call.failed:
         entry["skip"] = "a rank failed to prepare this runner (FlashInfer coordinates that)"
+        return json.dumps(entry).encode()
+    try:
+        tactics = [_upstream.tactic_json(t) for t in call.selection]
+        text = json.dumps(tactics, sort_keys=True, separators=(",", ":"), allow_nan=False)
+    except Exception as exc:
+        entry["skip"] = f"a candidate list is not representable ({type(exc).__name__})"
     else:
-        try:
-            tactics = [_upstream.tactic_json(t) for t in kwargs.get("selection", ())]
-            text = json.dumps(tactics, sort_keys=True, separators=(",", ":"), allow_nan=False)
-        except Exception as exc:
-            entry["skip"] = f"a candidate list is not representable ({type(exc).__name__})"
-        else:
-            entry["tactics"] = tactics
-            entry["sha256"] = hashlib.sha256(text.encode()).hexdigest()
+        entry["tactics"] = tactics
+        entry["sha256"] = hashlib.sha256(text.encode()).hexdigest()
     return json.dumps(entry).encode()
 
 
@@ -119,7 +112,7 @@ def divergence_message(view: GroupView, entries: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def check_candidates(phase: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+def check_candidates(call: _upstream.CandidateGateCall) -> None:
     """Compare this gate's candidate list across the tune group; raises on a difference or a
     missing rank, logs (once) and returns on anything else."""
     group = _upstream.tune_group()
@@ -127,13 +120,13 @@ def check_candidates(phase: tuple[Any, ...], args: tuple[Any, ...], kwargs: dict
         return
     try:
         view = group_view(group)
-        payloads = all_gather(view, NAMESPACE, _payload(phase, args, kwargs), DEFAULT_TIMEOUT)
+        payloads = all_gather(view, NAMESPACE, _payload(call), DEFAULT_TIMEOUT)
         entries = [json.loads(p) for p in payloads]
     except ExchangeTimeout as exc:
         who = ", ".join(view.describe(r) for r in exc.missing)
         raise RankMismatchError(
             f"fi_patches tuning divergence detector: {who} did not reach FlashInfer's candidate "
-            f"gate for op {phase[1]!r} within {exc.timeout:g} s",
+            f"gate for op {call.op!r} within {exc.timeout:g} s",
             missing=exc.missing,
         ) from None
     except Exception:
@@ -161,15 +154,13 @@ def _operation_gate(original: Callable[..., Any], gate: Gate) -> Callable[..., A
     @functools.wraps(original)
     def check_phase(*args: Any, **kwargs: Any) -> Any:
         if gate.active:
-            phase = args[0] if args else kwargs.get("phase")
-            selection = args[1] if len(args) > 1 else kwargs.get("selection", ())
-            if phase == _upstream.OPERATION_PHASE:
-                try:
-                    _context.op = str(selection[1])
-                    _context.runners = [str(name) for name in selection[2]]
-                    _context.bucket = None
-                except Exception:
-                    _context.op, _context.runners = None, ()
+            try:
+                operation = _upstream.operation_gate_call(args, kwargs)
+            except Exception:
+                operation = None
+            if operation is not None:
+                _context.op, _context.runners = operation
+                _context.bucket = None
         return original(*args, **kwargs)
 
     return check_phase
@@ -180,7 +171,7 @@ def _prepare_inputs(original: Callable[..., Any], gate: Gate) -> Callable[..., A
     def prepare(self: Any, profile: Any, *args: Any, **kwargs: Any) -> Any:
         if gate.active:
             try:
-                _context.bucket = _shapes(profile)
+                _context.bucket = _upstream.profile_shapes(profile)
             except Exception:
                 _context.bucket = None
         return original(self, profile, *args, **kwargs)
@@ -192,13 +183,12 @@ def _candidate_gate(original: Callable[..., Any], gate: Gate) -> Callable[..., A
     @functools.wraps(original)
     def sync(*args: Any, **kwargs: Any) -> Any:
         if gate.active:
-            phase = kwargs.get("phase")
-            if (
-                isinstance(phase, tuple)
-                and len(phase) == 4
-                and phase[0] == _upstream.CANDIDATES_PHASE
-            ):
-                check_candidates(phase, args, kwargs)
+            try:
+                call = _upstream.candidate_gate_call(args, kwargs)
+            except Exception:
+                call = None
+            if call is not None:
+                check_candidates(call)
         return original(*args, **kwargs)
 
     return sync
