@@ -131,8 +131,8 @@ def run_record(args: argparse.Namespace) -> int:
         else dumps(mapping)
     )
     summary = (
-        f"{buckets - len(votes)} of {buckets} buckets agree; {len(votes)} disagreed and were "
-        "decided by majority, then enumerator order (see [meta] note)"
+        f"{buckets - len(votes)} of {buckets} buckets agree; {len(votes)} disagreed, decided "
+        "by majority, then enumerator order (see [meta] note)"
         if votes
         else f"all {buckets} buckets agree"
     )
