@@ -115,9 +115,11 @@ def runner_order(sm_version: int) -> TieOrder:
 
     def order(runner: str, n: int, k: int, bucket: int) -> Sequence[Any] | None:
         if runner == LOW_LATENCY_CLASS:
-            from fi_patches.ranks._upstream import low_latency_tactics
+            from fi_patches.ranks import _upstream
 
-            return low_latency_tactics(n, k, bucket)
+            if _upstream.first_failure(_upstream.ENUMERATOR_PROBES) is not None:
+                return None
+            return _upstream.low_latency_tactics(n, k, bucket)
         if runner == CUTE_DSL_CLASS:
             import torch
 

@@ -16,6 +16,7 @@ missing ranks. The last rank to read deletes the keys.
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 from datetime import timedelta
@@ -57,9 +58,15 @@ class GroupView:
         return f"rank {rank}" if global_rank == rank else f"rank {rank} (global {global_rank})"
 
 
+@functools.cache
+def _store_unavailable() -> str | None:
+    return _upstream.first_failure(_upstream.STORE_PROBES)
+
+
 def group_view(group: Any = None) -> GroupView:
     """The view of ``group`` (None: the default group); ValueError when torch.distributed is
-    not initialized or this process is not a member."""
+    not initialized or this process is not a member, ExchangeError when this torch offers no
+    way to reach the group's store."""
     import torch.distributed as dist
 
     if not dist.is_available() or not dist.is_initialized():
@@ -70,6 +77,11 @@ def group_view(group: Any = None) -> GroupView:
     rank = dist.get_rank(pg)
     if rank < 0:
         raise ValueError("this process is not a member of the process group")
+    reason = _store_unavailable()
+    if reason is not None:
+        raise ExchangeError(
+            f"torch.distributed does not give fi_patches the group's store: {reason}"
+        )
     ranks = tuple(dist.get_process_group_ranks(pg))
     if pg is dist.group.WORLD:
         name = "default"

@@ -97,6 +97,10 @@ def disable_pins(reason: str) -> None:
     activation.disable()
 
 
+def _unreachable(exc: ExchangeError) -> RankMismatchError:
+    return RankMismatchError(f"fi_patches rank guard: could not compare the ranks: {exc}")
+
+
 def _act(problem: RankMismatchError, on_mismatch: str, mine: Fingerprint) -> Fingerprint:
     if on_mismatch == "raise":
         raise problem
@@ -137,7 +141,10 @@ def run_guard(group: Any, on_mismatch: str, timeout: float, call: str) -> Finger
         )
     if not timeout > 0:
         raise ValueError(f"rank_guard(timeout={timeout!r}): must be a positive number of seconds")
-    view = group_view(group)
+    try:
+        view = group_view(group)
+    except ExchangeError as exc:
+        return _act(_unreachable(exc), on_mismatch, local_fingerprint())
     mine = local_fingerprint()
     sent = Fingerprint((("guard.call", call), *mine.fields))
     try:
@@ -148,8 +155,7 @@ def run_guard(group: Any, on_mismatch: str, timeout: float, call: str) -> Finger
         )
         return _act(problem, on_mismatch, mine)
     except ExchangeError as exc:
-        problem = RankMismatchError(f"fi_patches rank guard: could not compare the ranks: {exc}")
-        return _act(problem, on_mismatch, mine)
+        return _act(_unreachable(exc), on_mismatch, mine)
     found = differences([Fingerprint.from_bytes(p) for p in payloads])
     if found:
         return _act(RankMismatchError(mismatch_message(view, found), found), on_mismatch, mine)
