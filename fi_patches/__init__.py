@@ -12,9 +12,9 @@ from fi_patches._lazy import lazy_exports
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "status": "fi_patches.status",
-    "refresh": "fi_patches.status",
-    "FeatureStatus": "fi_patches.status",
+    "status": "fi_patches.overview",
+    "refresh": "fi_patches.overview",
+    "FeatureStatus": "fi_patches.overview",
     "InternalError": "fi_patches.internals",
     "pinned_tactics": "fi_patches.pinning.context",
     "PinTable": "fi_patches.pins.table",
@@ -24,6 +24,8 @@ _EXPORTS = {
     "default_pins": "fi_patches.pins.default",
     "enable": "fi_patches.activation",
     "disable": "fi_patches.activation",
+    "rank_guard": "fi_patches.ranks.guard",
+    "RankMismatchError": "fi_patches.ranks.guard",
 }
 
 __all__ = [*sorted(_EXPORTS), "__version__"]
@@ -32,15 +34,17 @@ if TYPE_CHECKING:
     from fi_patches.activation import disable as disable
     from fi_patches.activation import enable as enable
     from fi_patches.internals import InternalError as InternalError
+    from fi_patches.overview import FeatureStatus as FeatureStatus
+    from fi_patches.overview import refresh as refresh
+    from fi_patches.overview import status as status
     from fi_patches.pinning.context import pinned_tactics as pinned_tactics
     from fi_patches.pins.default import default_pins as default_pins
     from fi_patches.pins.default import register_pins as register_pins
     from fi_patches.pins.errors import PinProblem as PinProblem
     from fi_patches.pins.errors import PinTableError as PinTableError
     from fi_patches.pins.table import PinTable as PinTable
-    from fi_patches.status import FeatureStatus as FeatureStatus
-    from fi_patches.status import refresh as refresh
-    from fi_patches.status import status as status
+    from fi_patches.ranks.guard import RankMismatchError as RankMismatchError
+    from fi_patches.ranks.guard import rank_guard as rank_guard
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

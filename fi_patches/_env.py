@@ -49,6 +49,15 @@ VLLM = Variable(
 VLLM_ROUTE = Variable(
     "FI_PATCHES_VLLM_ROUTE", "1: route vLLM's cute-dsl MXFP8 linears through fi_patches.mxfp8.mm"
 )
+RANK_GUARD = Variable(
+    "FI_PATCHES_RANK_GUARD",
+    "mode of the rank guard run before FlashInfer's set_autotune_process_group while fi_patches "
+    "is active: raise (default), disable, warn or off",
+)
+RANK_GUARD_TUNING = Variable(
+    "FI_PATCHES_RANK_GUARD_TUNING",
+    "1: the tuning divergence detector, read when fi_patches activates",
+)
 CUTE_DSL_ARCH = Variable(
     "CUTE_DSL_ARCH",
     "the CuTe DSL's own compile target; fi_patches compiles wide kernels for it when neither an "
@@ -63,6 +72,8 @@ VARIABLES: tuple[Variable, ...] = (
     PTXAS,
     VLLM,
     VLLM_ROUTE,
+    RANK_GUARD,
+    RANK_GUARD_TUNING,
     CUTE_DSL_ARCH,
 )
 """Every variable fi_patches reads, in the order the README lists them."""

@@ -25,6 +25,7 @@ class _State:
     hook_registered: bool = False
     table: Any = None
     held: list[Any] = field(default_factory=list)
+    guard_armed: bool = False
     outcome: str = "not requested"
 
 
@@ -39,6 +40,10 @@ def _apply(module: Any = None) -> None:
     with _lock:
         if not _state.requested or _state.table is not None:
             return
+        if not _state.guard_armed:
+            from fi_patches.ranks import automatic
+
+            _state.guard_armed = automatic.arm()
         try:
             from fi_patches.features import feature_of_section
             from fi_patches.pinning import stack
@@ -77,22 +82,29 @@ def _apply(module: Any = None) -> None:
 def enable() -> None:
     """Apply the default pin table (``FI_PATCHES_PINS``) for the life of the process, now if
     FlashInfer is imported, else when it is. Idempotent."""
+    from fi_patches.pinning import stack
+
     with _lock:
         _state.requested = True
+        stack.resume()
         if not _state.hook_registered:
             _state.hook_registered = True
             # wrapt runs the hook at once when flashinfer is already imported.
             wrapt.register_post_import_hook(_apply, FLASHINFER.module)
+        elif FLASHINFER.module in sys.modules:
+            _apply()  # after disable(): the hook ran already, so apply again here
 
 
 def disable() -> None:
     """Remove every fi_patches patch and restore FlashInfer's original objects.
 
     Process-wide pins stop; ``pinned_tactics()`` blocks still open become inert (their exit
-    is harmless). A later :func:`enable` starts over.
+    is harmless), and the entries preseed blocks wrote leave the tuner's cache. A later
+    :func:`enable` starts over.
     """
     from fi_patches.pinning import stack
     from fi_patches.pinning.installation import INSTALLATIONS, TUNER_CACHE
+    from fi_patches.ranks.automatic import GUARD
 
     with _lock:
         _state.requested = False
@@ -100,14 +112,22 @@ def disable() -> None:
             stack.remove_process_table(_state.table)
         for installation in reversed(_state.held):
             installation.release()
-        _state.table, _state.held = None, []
+        _state.table, _state.held, _state.guard_armed = None, [], False
         _state.outcome = "disabled"
-        for installation in (*INSTALLATIONS.values(), TUNER_CACHE):
+        for installation in (*INSTALLATIONS.values(), TUNER_CACHE, GUARD):
             while installation.count:
                 installation.release()
         if "fi_patches.vllm.route" in sys.modules:  # the vLLM route, where the plugin armed it
             sys.modules["fi_patches.vllm.route"].remove()
+        preseed = sys.modules.get("fi_patches.pinning.preseed")
+        if preseed is not None:
+            preseed.unseed_all()
     logger.info("fi_patches: every patch removed")
+
+
+def requested() -> bool:
+    """Whether process-wide pins are requested (``fi_patches.auto``, ``enable()``)."""
+    return _state.requested
 
 
 def outcome() -> str:

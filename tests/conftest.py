@@ -44,8 +44,11 @@ def clean_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
     from fi_patches.pinning import stack
     from fi_patches.pinning.installation import installed_count
+    from fi_patches.ranks.automatic import GUARD
 
     assert installed_count() == 0, "a test left the pinning wrappers installed"
+    assert GUARD.count == 0, "a test left the automatic rank guard installed"
+    assert stack.suspended() is None, "a test left pins suspended"
     assert stack.active_tables() == (), "a test left pin tables active"
     register_pins(None)
     refresh()

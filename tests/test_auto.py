@@ -59,6 +59,27 @@ def test_enable_pins_every_thread_and_disable_restores_flashinfer(pinning, tmp_p
         assert all(before_ns[k] is after_ns[k] for k in before_ns)
 
 
+def test_auto_when_fi_patches_itself_first_imports_flashinfer(pinning, tmp_path):
+    """``fi_patches.auto`` first, then ``status()``: FlashInfer's first import happens inside
+    fi_patches' own probe, whose post-import hook (the activation, and its rank guard) asks for
+    the installed FlashInfer again on the same thread. It must not deadlock."""
+    pins = pins_file(tmp_path, lowlat.non_split_alternative(N, K, 8))
+    code = (
+        "import fi_patches.auto, fi_patches\n"
+        "assert fi_patches.status()\n"
+        "from fi_patches import activation\n"
+        "from fi_patches.ranks.automatic import GUARD\n"
+        "print(activation.outcome(), GUARD.count)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FI_PATCHES_")}
+    env.update(FI_PATCHES_DEVICE="sm_103", FI_PATCHES_PINS=str(pins), PYTHONPATH=str(ROOT))
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == f"pinning low_latency from {pins} 1"
+
+
 # --- a real install in a temp venv ----------------------------------------------------------
 
 

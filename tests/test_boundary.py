@@ -103,6 +103,6 @@ def test_every_internal_is_guarded_and_needed(internal):
     assert isinstance(internal, (Internal, OneOf))
     assert mutations(internal), f"{internal.key} has no drift mutation"
     for option in internal.options if isinstance(internal, OneOf) else (internal,):
-        assert option.module.split(".")[0] in (*FOREIGN, "cutlass")
+        assert option.module.split(".")[0] in (*FOREIGN, "cutlass", "torch")
     keys = [i.key for i in declared()]
     assert keys.count(internal.key) == 1, f"{internal.key} is declared twice"

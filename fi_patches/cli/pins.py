@@ -1,5 +1,6 @@
-"""``pins record`` turns a FlashInfer tuner cache into a pin table; ``pins check`` validates a
-table against the installed FlashInfer and device."""
+"""``pins record`` turns one or several FlashInfer tuner caches into a pin table; ``pins diff``
+compares caches and tables per bucket; ``pins check`` validates a table against the installed
+FlashInfer and device."""
 
 from __future__ import annotations
 
@@ -12,15 +13,28 @@ from fi_patches.cli.table import render
 
 
 def register(commands: Any) -> None:
-    parser = commands.add_parser("pins", help="record or check pin tables")
+    parser = commands.add_parser("pins", help="record, compare or check pin tables")
     verbs = parser.add_subparsers(dest="verb", required=True)
-    record = verbs.add_parser("record", help="a pin table from a FlashInfer tuner cache")
+    record = verbs.add_parser(
+        "record", help="a pin table from one or several FlashInfer tuner caches"
+    )
     record.add_argument(
-        "--from", dest="source", required=True, help="v1 JSON file or v2 store directory"
+        "--from",
+        dest="sources",
+        action="append",
+        required=True,
+        metavar="CACHE",
+        help="v1 JSON file or v2 store directory; repeat to merge several (one per rank, or "
+        "several restarts): per bucket the majority wins, then the runner's enumerator order",
     )
     record.add_argument("--out", help="write the table here (.toml or .json); default: stdout")
-    record.add_argument("--device", help="the device the cache was tuned on (default: this one)")
+    record.add_argument("--device", help="the arch the caches were tuned on (default: this one)")
     record.set_defaults(run=run_record)
+    diff = verbs.add_parser(
+        "diff", help="compare tuner caches or pin tables per bucket; exit 1 if any differ"
+    )
+    diff.add_argument("inputs", nargs="+", metavar="CACHE_OR_TABLE", help="two or more")
+    diff.set_defaults(run=run_diff)
     check = verbs.add_parser(
         "check", help="validate a pin table here; exit 1 if any entry is invalid"
     )
@@ -28,36 +42,87 @@ def register(commands: Any) -> None:
     check.set_defaults(run=run_check)
 
 
+def _record_device(requested: str | None) -> tuple[str | None, str]:
+    """The arch to record for, or None and the message saying why there is none."""
+    from fi_patches.compat.device import current_device, normalize_arch
+
+    if requested:
+        arch = normalize_arch(requested)
+        if arch is None:
+            return None, (
+                f"--device {requested!r} is not an arch: give the compute capability the caches "
+                "were tuned on, such as sm_100 (B200) or sm_103 (GB300)"
+            )
+        return arch, ""
+    arch = current_device().arch
+    if arch is None:
+        return None, (
+            "this machine has no CUDA device to take the arch from; say which arch the caches "
+            "were tuned on with --device sm_103"
+        )
+    return arch, ""
+
+
 def run_record(args: argparse.Namespace) -> int:
     import json
 
-    from fi_patches.compat.device import current_device, normalize_arch
     from fi_patches.compat.installed import installed_flashinfer
     from fi_patches.pinning.validate import mxfp8_bucket_of
+    from fi_patches.pins.diff import bucket_label
     from fi_patches.pins.errors import PinTableError
-    from fi_patches.pins.record import read_cache, to_table
+    from fi_patches.pins.merge import merge, provenance, runner_order
+    from fi_patches.pins.record import SECTION_OF_RUNNER, TunerCacheError, read_cache, to_table
     from fi_patches.pins.toml_writer import dumps
 
-    device = normalize_arch(args.device) if args.device else current_device().arch
+    device, problem = _record_device(args.device)
     if device is None:
+        print(f"pins record: {problem}", file=sys.stderr)
+        return 2
+    paths = list(dict.fromkeys(args.sources))
+    try:
+        read = [(path, *read_cache(path)) for path in paths]
+    except TunerCacheError as exc:
+        print(f"pins record: {exc}", file=sys.stderr)
+        return 1
+    for path, entries, _ in read:
+        if not entries:
+            print(
+                f"pins record: {path} holds no tuned entry of a runner fi_patches can pin "
+                f"({', '.join(SECTION_OF_RUNNER)}); nothing written",
+                file=sys.stderr,
+            )
+            return 1
+    versions = {p: str(m["flashinfer_version"]) for p, _, m in read if m.get("flashinfer_version")}
+    if len(set(versions.values())) > 1:
+        listed = ", ".join(f"{p}: {v}" for p, v in versions.items())
         print(
-            "pins record: say which device the cache was tuned on with --device sm_103 "
-            "(this machine has none)",
+            f"pins record: the caches were tuned on different FlashInfer releases ({listed}); "
+            "merge caches of one release",
             file=sys.stderr,
         )
-        return 2
+        return 1
     try:
-        entries, metadata = read_cache(args.source)
-        version = str(metadata.get("flashinfer_version") or installed_flashinfer().version_text)
+        bucket_of = mxfp8_bucket_of()
+        merged, votes, buckets = merge(
+            [(path, entries) for path, entries, _ in read], runner_order(int(device[3:]))
+        )
+
+        def where(vote: Any) -> str:
+            section = SECTION_OF_RUNNER[vote.runner]
+            return bucket_label((section, vote.n, vote.k, vote.bucket), bucket_of)
+
+        note = provenance(paths, votes, buckets, where) if len(paths) > 1 else ""
+        version = next(iter(versions.values()), None) or installed_flashinfer().version_text
         table = to_table(
-            entries,
+            merged,
             device=device,
-            flashinfer_version=version,
-            source=f"recorded from {args.source}",
-            bucket_of=mxfp8_bucket_of(),
+            flashinfer_version=str(version),
+            source=f"recorded from {', '.join(paths)}",
+            bucket_of=bucket_of,
+            note=note,
         )
     except PinTableError as exc:
-        print(f"pins record: {exc}", file=sys.stderr)
+        print(f"pins record: the recorded table is not valid here: {exc}", file=sys.stderr)
         return 1
     mapping = table.to_mapping()
     text = (
@@ -65,15 +130,46 @@ def run_record(args: argparse.Namespace) -> int:
         if str(args.out or "").endswith(".json")
         else dumps(mapping)
     )
+    summary = (
+        f"{buckets - len(votes)} of {buckets} buckets agree; {len(votes)} disagreed, decided "
+        "by majority, then enumerator order (see [meta] note)"
+        if votes
+        else f"all {buckets} buckets agree"
+    )
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")
         counts = (
             ", ".join(f"{len(v)} {k}" for k, v in mapping.items() if k != "meta") or "no entries"
         )
-        print(f"wrote {args.out}: {counts}")
+        print(f"wrote {args.out}: {counts}" + (f" ({summary})" if len(paths) > 1 else ""))
     else:
         print(text, end="")
+        if len(paths) > 1:
+            print(f"pins record: {summary}", file=sys.stderr)
     return 0
+
+
+def run_diff(args: argparse.Namespace) -> int:
+    from fi_patches.pinning.validate import mxfp8_bucket_of
+    from fi_patches.pins.diff import bucket_label, differing, read_choices, value_text
+    from fi_patches.pins.errors import PinTableError
+    from fi_patches.pins.record import TunerCacheError
+
+    if len(args.inputs) < 2:
+        print("pins diff: give two or more tuner caches or pin tables", file=sys.stderr)
+        return 2
+    bucket_of = mxfp8_bucket_of()
+    try:
+        choices = [read_choices(path, bucket_of) for path in args.inputs]
+    except (TunerCacheError, PinTableError) as exc:
+        print(f"pins diff: {exc}", file=sys.stderr)
+        return 2
+    diffs, total = differing(choices)
+    if diffs:
+        rows = [(bucket_label(d.key, bucket_of), *(value_text(v) for v in d.values)) for d in diffs]
+        print(render(("bucket", *args.inputs), rows))
+    print(f"{len(diffs)} of {total} buckets differ")
+    return 1 if diffs else 0
 
 
 def run_check(args: argparse.Namespace) -> int:

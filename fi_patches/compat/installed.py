@@ -45,7 +45,9 @@ class Installed:
 
 InstalledFlashInfer = Installed
 
-_lock = threading.Lock()
+_lock = threading.RLock()
+"""Re-entrant: importing FlashInfer here runs its post-import hooks (``fi_patches.auto``), which
+ask for the installed FlashInfer again on this thread."""
 _cached: dict[str, Installed] = {}
 
 

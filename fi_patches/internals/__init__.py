@@ -30,9 +30,9 @@ __all__ = [
 
 def declared() -> tuple[Declared, ...]:
     """Every declared internal, of every dependency (declarations import nothing heavy)."""
-    from fi_patches.internals import flashinfer, vllm
+    from fi_patches.internals import flashinfer, tune_group, vllm
 
-    return flashinfer.INTERNALS + vllm.INTERNALS
+    return flashinfer.INTERNALS + tune_group.INTERNALS + vllm.INTERNALS
 
 
 def needed_by(feature: str) -> tuple[Declared, ...]:

@@ -276,14 +276,6 @@ SEARCH_CACHE = Internal(
     _TUNED,
     params=("custom_op", "runners", "input_shapes", "tuning_config", "inputs"),
 )
-SET_TUNE_GROUP = Internal(
-    "set_autotune_process_group",
-    CALLABLE,
-    AUTOTUNER,
-    "set_autotune_process_group",
-    (),
-    optional=True,
-)
 WINNER_CACHE = Internal(
     "winner_cache",
     METHOD,
@@ -515,7 +507,6 @@ INTERNALS: tuple[Declared, ...] = (
     AUTOTUNER_CLASS,
     AUTOTUNER_GET,
     SEARCH_CACHE,
-    SET_TUNE_GROUP,
     WINNER_CACHE,
     WINNER_CACHE_IDENTITY,
     PROFILING_POLICIES,
@@ -689,15 +680,6 @@ def reorder_scale_factors() -> Callable[..., Any]:
 def autotune() -> Callable[..., Any]:
     """``flashinfer.autotune``, the public tuning context."""
     fn: Callable[..., Any] = AUTOTUNE.resolve()
-    return fn
-
-
-def set_autotune_process_group() -> Callable[..., Any] | None:
-    """FlashInfer's tune-group setter, or None where the release has none."""
-    try:
-        fn: Callable[..., Any] = SET_TUNE_GROUP.resolve()
-    except InternalError:
-        return None
     return fn
 
 

@@ -46,6 +46,18 @@ def applicable(
     """The table to activate and the sections of it that apply here; ``(None, ())`` when
     nothing applies (the reasons are logged once)."""
     resolved = default_pins() if table is None else as_table(table)
+    from fi_patches.pinning import stack
+
+    suspended = stack.suspended()
+    if suspended is not None:
+        log_once(
+            logger,
+            logging.WARNING,
+            f"suspended:{suspended}",
+            "fi_patches pins nothing: pins are suspended (%s); fi_patches.enable() resumes them",
+            suspended,
+        )
+        return None, ()
     wanted = tuple(s for s in pinned_sections() if resolved.entries(s))
     if not wanted:
         return None, ()
@@ -103,7 +115,9 @@ def pinned_tactics(
     table wins for its entries) and are local to the thread or task that entered them. A bad
     table raises :class:`PinTableError` before anything is applied; sections whose feature is
     off, and tables chosen on another device or release, do nothing and log why once. Yields
-    the active table, or None when nothing is pinned.
+    the active table, or None when nothing is pinned. While any block is open, pins or not,
+    FlashInfer's ``set_autotune_process_group`` first runs the rank guard
+    (:mod:`fi_patches.ranks`).
     """
     if mode not in MODES:
         raise ValueError(f"pinned_tactics(mode={mode!r}): mode must be one of {', '.join(MODES)}")
@@ -120,9 +134,26 @@ def pinned_tactics(
             yield None
             return
     active, sections = applicable(table)
-    if active is None:
-        yield None
-        return
+    with ExitStack() as held:
+        _arm_rank_guard(held)
+        if active is None:
+            yield None
+            return
+        yield from _pinned(held, active, sections, mode)
+
+
+def _arm_rank_guard(held: ExitStack) -> None:
+    """Guard ``set_autotune_process_group`` while the block is open, pins or not: a rank whose
+    block pins nothing (a feature off here) must still meet the other ranks' guard."""
+    from fi_patches.ranks import automatic
+
+    if automatic.arm():
+        held.callback(automatic.disarm)
+
+
+def _pinned(
+    held: ExitStack, active: PinTable, sections: tuple[str, ...], mode: str
+) -> Iterator[PinTable]:
     from fi_patches.pinning import stack
     from fi_patches.pinning.installation import INSTALLATIONS
 
@@ -138,12 +169,11 @@ def pinned_tactics(
         return
 
     features = {feature_of_section(s).name for s in sections}
-    with ExitStack() as held:
-        for feature in sorted(features & set(INSTALLATIONS)):
-            INSTALLATIONS[feature].acquire()
-            held.callback(INSTALLATIONS[feature].release)
-        block = stack.push(active)
-        try:
-            yield active
-        finally:
-            stack.pop(block)
+    for feature in sorted(features & set(INSTALLATIONS)):
+        INSTALLATIONS[feature].acquire()
+        held.callback(INSTALLATIONS[feature].release)
+    block = stack.push(active)
+    try:
+        yield active
+    finally:
+        stack.pop(block)

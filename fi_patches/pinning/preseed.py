@@ -9,6 +9,7 @@ itself has replaced a seed since (its newer winner stays)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,6 +22,10 @@ from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
 from fi_patches.pins.table import PinTable
 
 _ABSENT: Any = object()
+
+_live: dict[int, list[_Seed]] = {}
+"""The seeds of every open preseed block, so ``fi_patches.disable()`` can take them out now."""
+_live_lock = threading.Lock()
 
 
 @dataclass
@@ -95,11 +100,24 @@ def seeded_entries(items: Sequence[tuple[Any, list[Any], Any]]) -> Iterator[None
                 f"FlashInfer's tuner cache took {len(written)} seeds, then refused one "
                 f"({error_text(exc)}); nothing stays seeded"
             ) from exc
+    with _live_lock:
+        _live[id(written)] = written
     try:
         yield
     finally:
+        with _live_lock:
+            _live.pop(id(written), None)
         with fi.tuner_lock(tuner):
             _undo(written)
+
+
+def unseed_all() -> None:
+    """Take the seeds of every open preseed block out of the tuner's cache now (their exit then
+    finds nothing left to undo)."""
+    with _live_lock:
+        live = list(_live.values())
+    for seeds in reversed(live):
+        _undo(seeds)
 
 
 def table_items(table: PinTable, sections: tuple[str, ...], sm: int) -> list[tuple[Any, ...]]:

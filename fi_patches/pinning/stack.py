@@ -105,6 +105,7 @@ _process_tables: tuple[PinTable, ...] = ()
 _process_version = 0
 """Bumped whenever the tables of a scope already in use change: process tables added or
 removed, or a block left (callers cache on it, with the scope, through ``resolve.state_key``)."""
+_suspended: str | None = None
 
 
 def current_index() -> Index | None:
@@ -131,7 +132,9 @@ def find(index: Index, section: str, n: int, k: int, rows: int) -> Any:
 
 
 def active_tables() -> tuple[PinTable, ...]:
-    """The tables consulted now, in priority order."""
+    """The tables consulted now, in priority order (none while pins are suspended)."""
+    if _suspended is not None:
+        return ()
     scope = _scope.get()
     if scope.include_process and _process_tables:
         return scope.tables + _process_tables
@@ -209,3 +212,21 @@ def remove_process_table(table: PinTable) -> None:
         if remaining != _process_tables:
             _process_tables = remaining
             _process_version += 1
+
+
+def suspend(reason: str) -> None:
+    """Turn pins off in every thread and context until :func:`resume`: open blocks' tables stop
+    counting, and new ``pinned_tactics()`` blocks and ``fi_patches.auto`` pin nothing. The rank
+    guard uses this so that every rank ends with the same (stock) candidate lists."""
+    global _suspended
+    _suspended = reason
+
+
+def resume() -> None:
+    global _suspended
+    _suspended = None
+
+
+def suspended() -> str | None:
+    """Why pins are suspended, or None."""
+    return _suspended

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fi_patches.pins.errors import PinProblem, PinTableError
 from fi_patches.pins.table import PinTable
 
 MXFP8_OPS = ("mxfp8_gemm", "fi_patches_wide_mxfp8_gemm")
@@ -23,6 +22,10 @@ SECTION_OF_RUNNER = {
     "CuteDSLMxfp8GemmRunner": "cute_dsl",
     "WideLowLatencyGemmRunner": "wide",
 }
+
+
+class TunerCacheError(ValueError):
+    """A tuner cache that cannot be read; the message names the file and why."""
 
 
 @dataclass(frozen=True)
@@ -90,11 +93,21 @@ def _tuple(tactic: Any) -> Any:
 def from_v1_file(path: Path) -> tuple[list[TunedEntry], dict[str, Any]]:
     """Entries and ``_metadata`` of a v1 JSON config file."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise PinTableError(
-            [PinProblem(str(path), "tuner cache", None, None, f"cannot be read ({exc})")]
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TunerCacheError(f"cannot read the tuner cache {path}: {exc.strerror or exc}") from exc
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise TunerCacheError(
+            f"the tuner cache {path} is not JSON ({exc.msg} at line {exc.lineno} column "
+            f"{exc.colno}); pass a FlashInfer v1 config file or a v2 store directory"
         ) from exc
+    if not isinstance(data, dict):
+        raise TunerCacheError(
+            f"the tuner cache {path} holds a JSON {type(data).__name__}, not FlashInfer's "
+            "object of cache entries"
+        )
     entries = []
     for key, value in data.items():
         if key.startswith("_") or not isinstance(value, list) or len(value) < 2:
@@ -105,7 +118,8 @@ def from_v1_file(path: Path) -> tuple[list[TunedEntry], dict[str, Any]]:
         entry = _entry(parsed[0], value[0], parsed[2], value[1])
         if entry is not None:
             entries.append(entry)
-    return entries, dict(data.get("_metadata", {}))
+    metadata = data.get("_metadata", {})
+    return entries, dict(metadata) if isinstance(metadata, dict) else {}
 
 
 def from_v2_store(root: Path) -> tuple[list[TunedEntry], dict[str, Any]]:
@@ -153,7 +167,8 @@ def read_cache(path: str | Path) -> tuple[list[TunedEntry], dict[str, Any]]:
     return from_v1_file(location)
 
 
-def _bucket_rows(bucket_of: Callable[[int], int], bucket: int) -> tuple[int, int]:
+def bucket_rows(bucket_of: Callable[[int], int], bucket: int) -> tuple[int, int]:
+    """The rows ``lo..hi`` that FlashInfer's tuner files under ``bucket``."""
     rows = [r for r in range(1, bucket + 1) if bucket_of(r) == bucket]
     return (min(rows), max(rows)) if rows else (bucket, bucket)
 
@@ -167,7 +182,7 @@ def _merged(
     for (runner, n, k), group in sorted(by_shape.items()):
         ranges: list[list[Any]] = []
         for e in sorted(group, key=lambda e: e.bucket):
-            lo, hi = _bucket_rows(bucket_of, e.bucket)
+            lo, hi = bucket_rows(bucket_of, e.bucket)
             if ranges and ranges[-1][2] == e.tactic and ranges[-1][1] == lo - 1:
                 ranges[-1][1] = hi
             else:
@@ -194,8 +209,10 @@ def to_table(
     flashinfer_version: str,
     source: str,
     bucket_of: Callable[[int], int],
+    note: str = "",
 ) -> PinTable:
-    """A validated pin table of ``entries`` chosen on ``device`` and FlashInfer's version."""
+    """A validated pin table of ``entries`` chosen on ``device`` and FlashInfer's version;
+    ``source`` and ``note`` become the table's provenance (``[meta]`` source and note)."""
     sections: dict[str, list[dict[str, Any]]] = {}
     for item in _merged(entries, bucket_of):
         section = SECTION_OF_RUNNER[item.pop("runner")]
@@ -210,4 +227,6 @@ def to_table(
         item["tactic"] = _as_toml(item["tactic"])
         sections.setdefault(section, []).append(item)
     meta = {"device": device, "flashinfer": f"=={flashinfer_version}", "source": source}
+    if note:
+        meta["note"] = note
     return PinTable.from_mapping({"meta": meta, **sections}, source=source)

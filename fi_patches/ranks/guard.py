@@ -1,0 +1,163 @@
+"""``rank_guard()``: check that every rank of a process group runs fi_patches the same way
+before they tune together, and raise, turn pins off, or warn when they do not.
+
+FlashInfer's ``set_autotune_process_group`` makes the ranks all-reduce per-tactic timings, which
+needs identical candidate lists on every rank. Pins decide those lists, so a rank with another
+table, FlashInfer, device or feature state brings back the deadlock pins remove. The guard
+compares each rank's :class:`~fi_patches.ranks.fingerprint.Fingerprint` through the group's
+store (see :mod:`fi_patches.ranks.exchange`), so it never waits longer than ``timeout``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fi_patches._logging import get_logger
+from fi_patches.ranks.exchange import (
+    ExchangeError,
+    ExchangeTimeout,
+    GroupView,
+    all_gather,
+    group_view,
+)
+from fi_patches.ranks.fingerprint import Differences, Fingerprint, differences, local_fingerprint
+from fi_patches.ranks.settings import MODES
+
+logger = get_logger(__name__)
+
+DEFAULT_TIMEOUT = 300.0
+"""Seconds the guard waits for the other ranks: generous for ranks that load a model at
+different speeds, and far below torch.distributed's own 30-minute default."""
+
+NAMESPACE = "rank_guard"
+_VALUE_CHARS = 160
+
+
+class RankMismatchError(RuntimeError):
+    """The ranks of a process group cannot be shown to run fi_patches the same way.
+
+    Raised on every rank that took part, with the same message. ``differences`` maps each
+    differing fingerprint field to ``value -> ranks``; ``missing`` lists the ranks (group
+    numbering) that did not arrive within the timeout.
+    """
+
+    def __init__(
+        self, message: str, differences: Differences | None = None, missing: tuple[int, ...] = ()
+    ) -> None:
+        super().__init__(message)
+        self.differences: Differences = differences or {}
+        self.missing = missing
+
+
+def _value_text(value: str) -> str:
+    text = repr(value)
+    return text if len(text) <= _VALUE_CHARS else text[: _VALUE_CHARS - 3] + "..."
+
+
+def _ranks_text(view: GroupView, ranks: tuple[int, ...]) -> str:
+    names = [view.describe(r).removeprefix("rank ") for r in ranks]
+    return f"rank {names[0]} has" if len(names) == 1 else f"ranks {', '.join(names)} have"
+
+
+def mismatch_message(view: GroupView, found: Differences) -> str:
+    """Per differing field, which ranks hold which value (the same text on every rank)."""
+    lines = [
+        f"fi_patches rank guard: the {view.size} ranks of process group {view.name!r} disagree "
+        f"on {len(found)} field{'s' if len(found) > 1 else ''}:"
+    ]
+    for name, holders in found.items():
+        parts = [
+            f"{_ranks_text(view, ranks)} {_value_text(value)}"
+            for value, ranks in sorted(holders.items(), key=lambda item: item[1][0])
+        ]
+        lines.append(f"  {name}: {'; '.join(parts)}")
+    lines.append(
+        "Every rank must load the same pin table, FlashInfer release, device and FI_PATCHES_* "
+        "settings before tuning together."
+    )
+    return "\n".join(lines)
+
+
+def missing_message(view: GroupView, missing: tuple[int, ...], timeout: float) -> str:
+    who = ", ".join(view.describe(r) for r in missing)
+    return (
+        f"fi_patches rank guard: {who} of the {view.size} ranks of process group {view.name!r} "
+        f"did not join within {timeout:g} s (it never called the guard, runs without fi_patches "
+        "active, or is stuck); no fingerprints were compared."
+    )
+
+
+def disable_pins(reason: str) -> None:
+    """Turn fi_patches' pins off in this process: every patch removed, open ``pinned_tactics()``
+    blocks inert, and new blocks and ``fi_patches.auto`` refused until ``fi_patches.enable()``."""
+    from fi_patches import activation
+    from fi_patches.pinning import stack
+
+    stack.suspend(reason)
+    activation.disable()
+
+
+def _unreachable(exc: ExchangeError) -> RankMismatchError:
+    return RankMismatchError(f"fi_patches rank guard: could not compare the ranks: {exc}")
+
+
+def _act(problem: RankMismatchError, on_mismatch: str, mine: Fingerprint) -> Fingerprint:
+    if on_mismatch == "raise":
+        raise problem
+    if on_mismatch == "disable":
+        disable_pins(str(problem).splitlines()[0])
+        logger.warning(
+            "%s\nfi_patches turned its pins off on this rank (on_mismatch='disable'); every rank "
+            "that took part in the guard did the same.",
+            problem,
+        )
+    else:
+        logger.warning("%s", problem)
+    return mine
+
+
+def rank_guard(
+    group: Any = None, *, on_mismatch: str = "raise", timeout: float = DEFAULT_TIMEOUT
+) -> Fingerprint:
+    """Compare this rank's fingerprint with every other rank of ``group`` (None: the default
+    group) and return the agreed fingerprint.
+
+    A collective: every rank of the group must call it. It works on any backend and never
+    waits longer than ``timeout`` seconds for a rank. When the ranks differ or a rank does not
+    arrive, ``on_mismatch`` decides: ``"raise"`` raises :class:`RankMismatchError` on every
+    rank, naming per differing field which ranks hold which value (or the missing ranks);
+    ``"disable"`` turns fi_patches' pins off on every rank that took part and logs why;
+    ``"warn"`` logs. In those two modes this rank's own fingerprint is returned.
+    """
+    return run_guard(group, on_mismatch, timeout, "rank_guard()")
+
+
+def run_guard(group: Any, on_mismatch: str, timeout: float, call: str) -> Fingerprint:
+    """:func:`rank_guard`, with ``call`` naming the call site in the comparison: ranks that
+    reach different guard calls (one rank skipped one) are reported instead of matched."""
+    if on_mismatch not in MODES:
+        raise ValueError(
+            f"rank_guard(on_mismatch={on_mismatch!r}): must be one of {', '.join(MODES)}"
+        )
+    if not timeout > 0:
+        raise ValueError(f"rank_guard(timeout={timeout!r}): must be a positive number of seconds")
+    try:
+        view = group_view(group)
+    except ExchangeError as exc:
+        return _act(_unreachable(exc), on_mismatch, local_fingerprint())
+    mine = local_fingerprint()
+    sent = Fingerprint((("guard.call", call), *mine.fields))
+    try:
+        payloads = all_gather(view, NAMESPACE, sent.to_bytes(), timeout)
+    except ExchangeTimeout as exc:
+        problem = RankMismatchError(
+            missing_message(view, exc.missing, timeout), missing=exc.missing
+        )
+        return _act(problem, on_mismatch, mine)
+    except ExchangeError as exc:
+        return _act(_unreachable(exc), on_mismatch, mine)
+    found = differences([Fingerprint.from_bytes(p) for p in payloads])
+    if found:
+        return _act(RankMismatchError(mismatch_message(view, found), found), on_mismatch, mine)
+    logger.debug("rank guard: the %d ranks of %r agree (%s)", view.size, view.name, mine.digest)
+    return mine
