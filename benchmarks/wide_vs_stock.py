@@ -30,7 +30,7 @@ FLUSH_BYTES = 512 << 20
 def compile_times(arch: str) -> None:
     """Compile each tile's default tactic (and a split-K one) in this process, timing each."""
     from fi_patches.wide.compile import compile_wide
-    from fi_patches.wide.hostir import launch_dynamic_smem
+    from fi_patches.wide.resources import launch_dynamic_smem
     from fi_patches.wide.tactics import default_tactic
 
     start = time.perf_counter()
@@ -122,7 +122,7 @@ def weight_bytes(n: int, k: int) -> int:
 def gpu_timings(torch, arch: str, rows_list: Sequence[int], iters: int) -> None:
     import flashinfer
 
-    from fi_patches.wide.mm import wide_mm
+    from fi_patches.wide.launch import wide_mm
 
     device = torch.device("cuda")
     timer = Timer(torch, iters)

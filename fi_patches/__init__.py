@@ -12,9 +12,10 @@ from fi_patches._lazy import lazy_exports
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "status": "fi_patches.compat.evaluate",
-    "refresh": "fi_patches.compat.evaluate",
-    "FeatureStatus": "fi_patches.compat.evaluate",
+    "status": "fi_patches.status",
+    "refresh": "fi_patches.status",
+    "FeatureStatus": "fi_patches.status",
+    "InternalError": "fi_patches.internals",
     "pinned_tactics": "fi_patches.pinning.context",
     "PinTable": "fi_patches.pins.table",
     "PinTableError": "fi_patches.pins.errors",
@@ -30,15 +31,16 @@ __all__ = [*sorted(_EXPORTS), "__version__"]
 if TYPE_CHECKING:
     from fi_patches.activation import disable as disable
     from fi_patches.activation import enable as enable
-    from fi_patches.compat.evaluate import FeatureStatus as FeatureStatus
-    from fi_patches.compat.evaluate import refresh as refresh
-    from fi_patches.compat.evaluate import status as status
+    from fi_patches.internals import InternalError as InternalError
     from fi_patches.pinning.context import pinned_tactics as pinned_tactics
     from fi_patches.pins.default import default_pins as default_pins
     from fi_patches.pins.default import register_pins as register_pins
     from fi_patches.pins.errors import PinProblem as PinProblem
     from fi_patches.pins.errors import PinTableError as PinTableError
     from fi_patches.pins.table import PinTable as PinTable
+    from fi_patches.status import FeatureStatus as FeatureStatus
+    from fi_patches.status import refresh as refresh
+    from fi_patches.status import status as status
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -6,7 +6,6 @@ FlashInfer stock."""
 
 from __future__ import annotations
 
-import logging
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import wrapt
 
 from fi_patches._logging import get_logger
+from fi_patches.internals.flashinfer import FLASHINFER
 
 logger = get_logger(__name__)
 
@@ -39,17 +39,17 @@ def _apply(module: Any = None) -> None:
         if not _state.requested or _state.table is not None:
             return
         try:
+            from fi_patches.features import feature_of_section
             from fi_patches.pinning import stack
             from fi_patches.pinning.context import applicable
             from fi_patches.pinning.installation import INSTALLATIONS
-            from fi_patches.pins.schema import SECTIONS
 
             active, sections = applicable(None)
             if active is None:
                 _state.outcome = "nothing to pin (see earlier log lines, if any)"
                 logger.info("fi_patches.auto: %s", _state.outcome)
                 return
-            features = sorted({SECTIONS[s].feature for s in sections} & set(INSTALLATIONS))
+            features = sorted({feature_of_section(s).name for s in sections} & set(INSTALLATIONS))
             held = []
             try:
                 for feature in features:
@@ -81,7 +81,7 @@ def enable() -> None:
         if not _state.hook_registered:
             _state.hook_registered = True
             # wrapt runs the hook at once when flashinfer is already imported.
-            wrapt.register_post_import_hook(_apply, "flashinfer")
+            wrapt.register_post_import_hook(_apply, FLASHINFER.module)
 
 
 def disable() -> None:
@@ -104,7 +104,7 @@ def disable() -> None:
         for installation in (*INSTALLATIONS.values(), TUNER_CACHE):
             while installation.count:
                 installation.release()
-    logger.log(logging.INFO, "fi_patches: every patch removed")
+    logger.info("fi_patches: every patch removed")
 
 
 def outcome() -> str:

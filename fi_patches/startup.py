@@ -8,7 +8,9 @@ import site
 import sys
 from pathlib import Path
 
-ENV = "FI_PATCHES_AUTO"
+from fi_patches import _env
+
+ENV = _env.AUTO.name
 PTH_NAME = "fi_patches_auto.pth"
 
 

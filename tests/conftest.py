@@ -47,8 +47,8 @@ def flashinfer_or_skip() -> Any:
 def require_release_supports(name: str) -> None:
     """Skip, with the reason, unless the installed FlashInfer imports, is in ``name``'s verified
     range and has every internal it probes: only the device and self-check gates remain."""
-    from fi_patches.compat.registry import feature
     from fi_patches.compat.versions import is_verified
+    from fi_patches.features import feature
 
     flashinfer_or_skip()
     from fi_patches.compat.installed import installed_flashinfer
@@ -57,7 +57,7 @@ def require_release_supports(name: str) -> None:
     version = installed_flashinfer().version
     if version is None or not is_verified(version, declared.verified):
         pytest.skip(f"{name} is not verified on FlashInfer {version} ({declared.verified})")
-    failed = [reason for probe in declared.probes if (reason := probe.check())]
+    failed = [reason for probe in declared.internals() if (reason := probe.probe())]
     if failed:
         pytest.skip(f"FlashInfer {version} lacks an internal {name} needs: {failed[0]}")
 

@@ -13,8 +13,9 @@ from packaging.version import Version
 import fi_patches
 from fi_patches.cli import main
 from fi_patches.compat.device import current_device, normalize_arch
-from fi_patches.compat.probes import AttributeProbe, CallableProbe, FactoryClassProbe, ModuleProbe
 from fi_patches.compat.versions import is_newer_than, is_verified, parse_specifier
+from fi_patches.internals import Internal
+from fi_patches.internals._declare import ATTRIBUTE, CALLABLE, FACTORY, METHOD, MODULE
 from tests.conftest import flashinfer_or_skip, require_release_supports
 
 VERIFIED = SpecifierSet(">=0.7.0,<=0.7.4")
@@ -82,31 +83,37 @@ def test_device_env_overrides_and_rejects_nonsense(monkeypatch):
 def test_probes_against_the_real_flashinfer():
     require_release_supports("pinned_tactics")
     base = "flashinfer.gemm.gemm_base"
-    assert ModuleProbe(base).check() is None
+    assert Internal("m", MODULE, base).probe() is None
     assert (
-        "is not importable (ModuleNotFoundError" in ModuleProbe("flashinfer.not_a_module").check()
+        "is not importable (ModuleNotFoundError" in Internal("m", MODULE, "flashinfer.nope").probe()
     )
-    assert CallableProbe(base, "mm_mxfp8", ("a", "b", "a_descale", "b_descale")).check() is None
-    changed = CallableProbe(base, "mm_mxfp8", ("a", "weight")).check()
+    mm = ("a", "b", "a_descale", "b_descale")
+    assert Internal("mm", CALLABLE, base, "mm_mxfp8", params=mm).probe() is None
+    changed = Internal("mm", CALLABLE, base, "mm_mxfp8", params=("a", "weight")).probe()
     assert changed.startswith(
         f"{base}.mm_mxfp8 changed signature: expected (a, weight, ...), found (a, b,"
     )
-    assert "is missing (AttributeError" in CallableProbe(base, "mm_mxfp9").check()
-    assert "is not callable" in CallableProbe(base, "DEFAULT_WORKSPACE_SIZE").check()
-    assert AttributeProbe(base, "DEFAULT_WORKSPACE_SIZE").check() is None
-    assert (
-        CallableProbe("flashinfer.autotuner", "AutoTuner.search_cache", ("custom_op",)).check()
-        is None
+    assert "is missing (AttributeError" in Internal("x", CALLABLE, base, "mm_mxfp9").probe()
+    assert "is not callable" in Internal("x", CALLABLE, base, "DEFAULT_WORKSPACE_SIZE").probe()
+    assert Internal("x", ATTRIBUTE, base, "DEFAULT_WORKSPACE_SIZE").probe() is None
+    search = Internal(
+        "s", METHOD, "flashinfer.autotuner", "AutoTuner.search_cache", params=("custom_op",)
     )
-    probe = FactoryClassProbe(base, "_cutedsl_low_latency_blockscaled_gemm_runner", "NoSuchRunner")
-    assert "no longer defines class NoSuchRunner" in probe.check()
-    method = FactoryClassProbe(
+    assert search.probe() is None
+    factory = "_cutedsl_low_latency_blockscaled_gemm_runner"
+    probe = Internal("f", FACTORY, base, factory, builds="NoSuchRunner")
+    assert "no longer defines class NoSuchRunner" in probe.probe()
+    method = Internal(
+        "f",
+        FACTORY,
         base,
-        "_cutedsl_low_latency_blockscaled_gemm_runner",
-        "CutedslLowLatencyBlockscaledGemmRunner",
-        ("tune",),
+        factory,
+        builds="CutedslLowLatencyBlockscaledGemmRunner",
+        methods=("tune",),
     )
-    assert "no longer defines tune" in method.check()
+    assert "no longer defines tune" in method.probe()
+    wrong = Internal("w", ATTRIBUTE, base, "DEFAULT_WORKSPACE_SIZE", check=lambda v: "too small")
+    assert wrong.probe() == f"{base}.DEFAULT_WORKSPACE_SIZE misbehaves: too small"
 
 
 def test_status_has_one_record_per_feature_with_the_fields():

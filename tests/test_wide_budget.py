@@ -9,39 +9,44 @@ import sys
 
 import pytest
 
+from fi_patches.wide.budget import (
+    MAX_AB_STAGES,
+    SUPPORTED_SPLIT_K,
+    TMEM_COLUMNS,
+    config_reason,
+    invalid_reason,
+    smem_bytes,
+    smem_capacity,
+    tmem_columns,
+)
 from fi_patches.wide.dtypes import MXFP8, NVFP4, GemmDtypes
-from fi_patches.wide.limits import MAX_AB_STAGES, SUPPORTED_SPLIT_K, TMEM_COLUMNS
-from fi_patches.wide.smem import smem_bytes, smem_capacity
-from fi_patches.wide.tactic import Tactic
-from fi_patches.wide.tactics import default_tactic, wide_tactics
-from fi_patches.wide.tmem import tmem_columns
-from fi_patches.wide.validity import config_reason, invalid_reason
+from fi_patches.wide.tactics import Tactic, default_tactic, wide_tactics
 from tests.wide_helpers import low_latency_or_skip
 
 PURE_MODULES = [
     "fi_patches.wide",
-    "fi_patches.wide.limits",
+    "fi_patches.wide.budget",
     "fi_patches.wide.dtypes",
-    "fi_patches.wide.tactic",
-    "fi_patches.wide.smem",
-    "fi_patches.wide.tmem",
-    "fi_patches.wide.validity",
     "fi_patches.wide.tactics",
-    "fi_patches.wide.tile",
+    "fi_patches.wide.budget",
+    "fi_patches.wide.budget",
+    "fi_patches.wide.budget",
+    "fi_patches.wide.tactics",
+    "fi_patches.wide.tactics",
     "fi_patches.wide.arch",
-    "fi_patches.wide.pins",
-    "fi_patches.wide.choose",
+    "fi_patches.wide.precompile",
+    "fi_patches.wide.tactics",
     "fi_patches.wide.kernel",
     "fi_patches.wide.compile",
-    "fi_patches.wide.compiled",
+    "fi_patches.wide.compile",
     "fi_patches.wide.launch",
-    "fi_patches.wide.mm",
-    "fi_patches.wide.scales",
+    "fi_patches.wide.launch",
+    "fi_patches.wide.launch",
     "fi_patches.wide.ptx",
     "fi_patches.wide.idesc",
     "fi_patches.wide.pdl",
     "fi_patches.wide.cubin",
-    "fi_patches.wide.hostir",
+    "fi_patches.wide.resources",
     "fi_patches.wide.ptxas",
     "fi_patches.wide.resources",
     "fi_patches.wide.precompile",

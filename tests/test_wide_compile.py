@@ -10,17 +10,15 @@ import struct
 import pytest
 
 from fi_patches.wide.arch import WideArchError, normalize, resolve_arch
-from fi_patches.wide.compile import WideConfigError, cached_kernels, compile_wide
-from fi_patches.wide.compiled import WideKernel
+from fi_patches.wide.budget import smem_bytes, smem_capacity, tmem_columns
+from fi_patches.wide.compile import WideConfigError, WideKernel, cached_kernels, compile_wide
 from fi_patches.wide.cubin import read_cubin
-from fi_patches.wide.hostir import launch_dynamic_smem
 from fi_patches.wide.idesc import descriptors, mma_instructions
 from fi_patches.wide.kernel import wide_kernel_class
 from fi_patches.wide.pdl import pdl_order, tma_param_indices
 from fi_patches.wide.ptx import parse_entry
-from fi_patches.wide.smem import smem_bytes, smem_capacity
+from fi_patches.wide.resources import launch_dynamic_smem
 from fi_patches.wide.tactics import default_tactic
-from fi_patches.wide.tmem import tmem_columns
 from tests.wide_helpers import low_latency_or_skip
 
 TILES = (16, 32, 48)

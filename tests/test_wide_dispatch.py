@@ -8,10 +8,16 @@ import pytest
 
 from fi_patches.pinning import stack
 from fi_patches.pins import PinTable
-from fi_patches.wide.choose import choose_tactic
-from fi_patches.wide.pins import wide_pin_reason
-from fi_patches.wide.tactics import default_tactic, wide_tactics
-from fi_patches.wide.tile import TILE_ROUNDING, WIDE_MAX_ROWS, WIDE_MIN_ROWS, pick_tile
+from fi_patches.wide.precompile import wide_pin_reason
+from fi_patches.wide.tactics import (
+    TILE_ROUNDING,
+    WIDE_MAX_ROWS,
+    WIDE_MIN_ROWS,
+    choose_tactic,
+    default_tactic,
+    pick_tile,
+    wide_tactics,
+)
 
 N, K = 7168, 1536
 

@@ -11,8 +11,7 @@ from fi_patches.cli import main
 from fi_patches.compat import refresh, status_of
 from fi_patches.pins import PinTable, PinTableError
 from fi_patches.wide.runner import CUSTOM_OP, wide_runner
-from fi_patches.wide.tactics import wide_tactics
-from fi_patches.wide.tile import pick_tile
+from fi_patches.wide.tactics import pick_tile, wide_tactics
 from tests.conftest import flashinfer_or_skip, require_feature, require_release_supports
 from tests.mxfp8_inputs import Mxfp8Problem
 

@@ -23,7 +23,7 @@ def gpu() -> Any:
 
 
 def _check(torch: Any, rows: int, n: int, k: int, **kwargs: Any) -> None:
-    from fi_patches.wide.mm import wide_mm
+    from fi_patches.wide.launch import wide_mm
 
     a, a_scale, a_ref = mxfp8_operand(torch, rows, k, seed=rows)
     w, w_scale, w_ref = mxfp8_operand(torch, n, k, seed=1000 + n)

@@ -8,8 +8,7 @@ from typing import Any
 import pytest
 
 from fi_patches.wide.compile import compile_wide
-from fi_patches.wide.launch import check_launch_inputs
-from fi_patches.wide.scales import standard_scale_elements
+from fi_patches.wide.launch import check_launch_inputs, standard_scale_elements
 from fi_patches.wide.tactics import default_tactic
 from tests.wide_helpers import low_latency_or_skip
 
@@ -38,7 +37,7 @@ def inputs(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
 
 def test_wide_mm_reaches_the_launch(inputs: dict[str, Any]) -> None:
-    from fi_patches.wide.mm import wide_mm
+    from fi_patches.wide.launch import wide_mm
 
     t = inputs["make"](20)
     with pytest.raises(ValueError, match="CUDA tensors"):
@@ -46,7 +45,7 @@ def test_wide_mm_reaches_the_launch(inputs: dict[str, Any]) -> None:
 
 
 def test_wide_mm_rejects_rows_over_an_explicit_tile(inputs: dict[str, Any]) -> None:
-    from fi_patches.wide.mm import wide_mm
+    from fi_patches.wide.launch import wide_mm
 
     t = inputs["make"](40)
     args = (t["a"], t["a_scale"], t["weight"].t(), t["weight_scale"])
@@ -60,7 +59,7 @@ def test_wide_mm_rejects_rows_over_an_explicit_tile(inputs: dict[str, Any]) -> N
 
 
 def test_wide_mm_wants_the_column_major_weight_view(inputs: dict[str, Any]) -> None:
-    from fi_patches.wide.mm import wide_mm
+    from fi_patches.wide.launch import wide_mm
 
     t = inputs["make"](20)
     weight_kn = t["weight"].t().contiguous()  # (K, N) row-major: not mm_mxfp8's layout

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import pytest
 
+from fi_patches.wide.budget import smem_capacity
 from fi_patches.wide.compile import compile_wide
 from fi_patches.wide.cubin import read_cubin
-from fi_patches.wide.pins import precompile_requests
-from fi_patches.wide.precompile import compile_with_resources, precompile
+from fi_patches.wide.precompile import compile_with_resources, precompile, precompile_requests
 from fi_patches.wide.ptxas import PtxasError, parse_verbose, run_ptxas
 from fi_patches.wide.resources import kernel_resources
-from fi_patches.wide.smem import smem_capacity
 from fi_patches.wide.tactics import default_tactic
 from tests.wide_helpers import low_latency_or_skip, ptxas_or_skip
 

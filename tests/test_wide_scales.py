@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from fi_patches.wide.scales import (
+from fi_patches.wide.launch import (
     per_cta_scale_elements,
     repack_per_cta,
     sf_columns,

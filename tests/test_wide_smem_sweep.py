@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from fi_patches.wide.budget import MAX_AB_STAGES, smem_bytes, smem_capacity
 from fi_patches.wide.compile import compile_wide
 from fi_patches.wide.dtypes import MXFP8, NVFP4, GemmDtypes
-from fi_patches.wide.hostir import launch_dynamic_smem
 from fi_patches.wide.kernel import wide_kernel_class
-from fi_patches.wide.limits import MAX_AB_STAGES
-from fi_patches.wide.smem import smem_bytes, smem_capacity
+from fi_patches.wide.resources import launch_dynamic_smem
 from tests.wide_helpers import low_latency_or_skip
 
 ARCH = "sm_103a"

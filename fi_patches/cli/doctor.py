@@ -16,7 +16,7 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fi_patches.compat.evaluate import status
+    from fi_patches.status import status
 
     records = status()
     if args.json:

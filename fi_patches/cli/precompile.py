@@ -28,13 +28,13 @@ def register(commands: Any) -> None:
 def _blocked(arch_given: bool) -> str | None:
     """Why the wide kernel cannot be built here, or None."""
     from fi_patches.compat.evaluate import status_of
-    from fi_patches.compat.registry import feature
+    from fi_patches.features import feature
 
     record = status_of("wide_tile")
     if record.enabled:
         return None
     if arch_given:  # the device gate does not apply to an explicit arch; the internals do
-        failed = [p.check() for p in feature("wide_tile").probes]
+        failed = [i.probe() for i in feature("wide_tile").internals()]
         problems = [f for f in failed if f]
         return problems[0] if problems else None
     return record.reason
@@ -67,8 +67,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     from fi_patches.wide.arch import WideArchError, resolve_arch
     from fi_patches.wide.compile import compile_wide
-    from fi_patches.wide.pins import wide_pin_reason
-    from fi_patches.wide.precompile import compile_with_resources
+    from fi_patches.wide.precompile import compile_with_resources, wide_pin_reason
 
     try:
         arch = resolve_arch(args.arch)

@@ -58,11 +58,11 @@ class Device:
         return f"there is {self.detail}" if self.detail == NO_CUDA else self.detail
 
 
-def _from_text(text: str, source: str) -> Device:
+def _from_text(text: str, source: str, name: str) -> Device:
     parsed = parse_arch(text)
     if parsed is None:
-        return Device(None, source, f"{source}={text!r} is not an arch such as sm_103")
-    return Device(parsed[0], source, f"{source}={text}", parsed[1])
+        return Device(None, source, f"{name}={text!r} is not an arch such as sm_103")
+    return Device(parsed[0], source, f"{name}={text}", parsed[1])
 
 
 def _cuda_device() -> Device:
@@ -83,15 +83,15 @@ def target_device(explicit: str | None = None, *, compiling: bool = False) -> De
     """The target by the rule in the module docstring (read now: cheap; the compat layer caches
     its verdicts, not this)."""
     if explicit:
-        return _from_text(explicit, "arch")
+        return _from_text(explicit, "arch", "arch")
     override = _env.get(_env.DEVICE)
     if override:
-        return _from_text(override, _env.DEVICE.name)
+        return _from_text(override, "env", _env.DEVICE.name)
     found = _cuda_device()
     if found.arch is None and compiling:
         dsl_arch = _env.get(_env.CUTE_DSL_ARCH)
         if dsl_arch:
-            return _from_text(dsl_arch, _env.CUTE_DSL_ARCH.name)
+            return _from_text(dsl_arch, "env", _env.CUTE_DSL_ARCH.name)
     return found
 
 

@@ -1,23 +1,24 @@
 """Decide, once per process, whether each feature is enabled and why not, from the installed
-FlashInfer, its internals, the device and the feature's self-check."""
+package it patches, the internals it needs, the device and the feature's self-check."""
 
 from __future__ import annotations
 
-import os
-import sys
+import logging
 import threading
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from fi_patches import _env
 from fi_patches._logging import get_logger
 from fi_patches.compat.device import Device, current_device
 from fi_patches.compat.feature import Feature
-from fi_patches.compat.installed import InstalledFlashInfer, installed_flashinfer
+from fi_patches.compat.installed import Installed, installed
+from fi_patches.compat.installed import forget as forget_installed
 from fi_patches.compat.versions import is_newer_than, is_verified
+from fi_patches.internals import Declared, InternalError, error_text
 
 logger = get_logger(__name__)
-
-ALLOW_UNVERIFIED_ENV = "FI_PATCHES_ALLOW_UNVERIFIED"
 
 
 @dataclass(frozen=True)
@@ -51,17 +52,30 @@ class FeatureStatus:
         return data
 
 
-def _allow_unverified() -> bool:
-    return os.environ.get(ALLOW_UNVERIFIED_ENV, "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def _devices_text(devices: tuple[str, ...]) -> str:
     if len(devices) == 1:
         return devices[0]
     return ", ".join(devices[:-1]) + f" or {devices[-1]}"
 
 
-def _evaluate(feature: Feature, fi: InstalledFlashInfer, device: Device) -> FeatureStatus:
+def _probe(internal: Declared, version: Any) -> ProbeResult:
+    """One internal's probe: a ``since`` internal is not needed before its release, and an
+    optional one may be absent (its users then take their documented fallback)."""
+    if internal.since is not None and version is not None and version < internal.since:
+        return ProbeResult(internal.path, None)
+    if internal.optional:
+        try:
+            internal.resolve()
+        except InternalError:
+            return ProbeResult(internal.path, None)
+    return ProbeResult(internal.path, internal.probe())
+
+
+def evaluate(feature: Feature, fi: Installed, device: Device) -> FeatureStatus:
+    """The state of ``feature`` given the installed package and the device (no caching)."""
+    package = feature.requires.module
+    name = feature.requires.label
+
     def result(enabled: bool, reason: str, probes: tuple[ProbeResult, ...] = ()) -> FeatureStatus:
         return FeatureStatus(
             name=feature.name,
@@ -74,32 +88,34 @@ def _evaluate(feature: Feature, fi: InstalledFlashInfer, device: Device) -> Feat
         )
 
     if not fi.present:
-        return result(False, "FlashInfer (flashinfer-python) is not installed.")
+        return result(False, f"{name} ({feature.requires.distribution}) is not installed.")
     if fi.import_error is not None:
-        return result(
-            False, f"import flashinfer failed ({fi.import_error}), so every patch is off."
-        )
+        return result(False, f"import {package} failed ({fi.import_error}), so every patch is off.")
     version = fi.version
     if version is None:
-        return result(False, f"FlashInfer's version {fi.version_text!r} is not a PEP 440 version.")
+        return result(False, f"{name}'s version {fi.version_text!r} is not a PEP 440 version.")
 
-    probes = tuple(ProbeResult(p.describe(), p.check()) for p in feature.probes)
+    probes = tuple(_probe(internal, version) for internal in feature.internals())
     failed = [p for p in probes if not p.ok]
     if failed:
         extra = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
         return result(
             False,
-            f"FlashInfer {version} lacks an internal it needs: {failed[0].reason}{extra}.",
+            f"{name} {version} lacks an internal it needs: {failed[0].reason}{extra}.",
             probes,
         )
     allowed_unverified = False
     if not is_verified(version, feature.verified):
         where = "newer than" if is_newer_than(version, feature.verified) else "outside"
-        if not (where == "newer than" and _allow_unverified()):
-            hint = f"; set {ALLOW_UNVERIFIED_ENV}=1 to enable it" if where == "newer than" else ""
+        if not (where == "newer than" and _env.flag(_env.ALLOW_UNVERIFIED)):
+            hint = (
+                f"; set {_env.ALLOW_UNVERIFIED.name}=1 to enable it"
+                if where == "newer than"
+                else ""
+            )
             return result(
                 False,
-                f"FlashInfer {version} is {where} the verified range {feature.verified} "
+                f"{name} {version} is {where} the verified range {feature.verified} "
                 f"(all {len(probes)} probes pass{hint}).",
                 probes,
             )
@@ -107,8 +123,8 @@ def _evaluate(feature: Feature, fi: InstalledFlashInfer, device: Device) -> Feat
     if device.arch is None:
         return result(
             False,
-            f"needs {_devices_text(feature.devices)} but there is {device.detail} "
-            f"(FI_PATCHES_DEVICE=sm_103 validates offline).",
+            f"needs {_devices_text(feature.devices)}, but {device.absence} "
+            f"({_env.DEVICE.name}=sm_103 validates offline).",
             probes,
         )
     if device.arch not in feature.devices:
@@ -118,16 +134,17 @@ def _evaluate(feature: Feature, fi: InstalledFlashInfer, device: Device) -> Feat
     try:
         failure = feature.load_self_check()(device)
     except Exception as exc:
-        failure = f"the self-check raised {type(exc).__name__}: {exc}"
+        failure = f"the self-check raised {error_text(exc)}"
     if failure is not None:
-        return result(False, f"self-check failed on FlashInfer {version}: {failure}", probes)
+        return result(False, f"self-check failed on {name} {version}: {failure}", probes)
     if allowed_unverified:
         reason = (
-            f"FlashInfer {version} is unverified (verified: {feature.verified}); enabled by "
-            f"{ALLOW_UNVERIFIED_ENV}=1 because all {len(probes)} probes and the self-check pass."
+            f"{name} {version} is unverified (verified: {feature.verified}); enabled by "
+            f"{_env.ALLOW_UNVERIFIED.name}=1 because all {len(probes)} probes and the "
+            "self-check pass."
         )
     else:
-        reason = f"FlashInfer {version} is verified; {len(probes)} probes and the self-check pass."
+        reason = f"{name} {version} is verified; {len(probes)} probes and the self-check pass."
     return result(True, reason, probes)
 
 
@@ -137,40 +154,34 @@ _cache: dict[str, FeatureStatus] = {}
 
 def status_of(name: str) -> FeatureStatus:
     """The state of the feature ``name``, evaluated once per process (see :func:`refresh`)."""
-    from fi_patches.compat.registry import feature
+    from fi_patches.features import feature
 
     with _lock:
         cached = _cache.get(name)
         if cached is None:
-            cached = _evaluate(feature(name), installed_flashinfer(), current_device())
+            declared = feature(name)
+            cached = evaluate(declared, installed(declared.requires), current_device())
             _cache[name] = cached
-            level = 20 if cached.enabled else 10
+            level = logging.INFO if cached.enabled else logging.DEBUG
             logger.log(level, "feature %s: %s", name, cached.reason)
         return cached
 
 
-def status() -> list[FeatureStatus]:
-    """One record per feature: name, enabled, reason, FlashInfer version, device and pins."""
-    from fi_patches.compat.registry import features
-    from fi_patches.pins.default import describe_default_pins
+_forgetters: list[Callable[[], None]] = []
 
-    records = []
-    for declared in features():
-        record = status_of(declared.name)
-        pins = describe_default_pins(declared.name, record)
-        records.append(FeatureStatus(**{**record.__dict__, "pins": pins}))
-    return records
+
+def on_refresh(forget: Callable[[], None]) -> Callable[[], None]:
+    """Register ``forget`` (a cache's reset) to run at every :func:`refresh`; returns it, so it
+    can decorate the function."""
+    _forgetters.append(forget)
+    return forget
 
 
 def refresh() -> None:
-    """Forget every verdict, so the next query probes FlashInfer and the device again."""
-    from fi_patches.pinning import resolve
-    from fi_patches.pins.default import forget_loaded_files
-
+    """Forget every verdict and every cache that depends on one, so the next query probes the
+    installed packages and the device again."""
     with _lock:
         _cache.clear()
-        installed_flashinfer(refresh=True)
-    forget_loaded_files()
-    resolve.forget()
-    if "fi_patches.mxfp8.routes" in sys.modules:
-        sys.modules["fi_patches.mxfp8.routes"].forget()
+        forget_installed()
+    for forget in list(_forgetters):
+        forget()

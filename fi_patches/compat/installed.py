@@ -1,5 +1,5 @@
-"""What FlashInfer this process has: its version (read without importing it) and whether
-``import flashinfer`` works (0.6.x-0.7.0.post1 fail on CPU-only torch)."""
+"""What a patched package this process has: its version (read without importing it) and whether
+it imports (FlashInfer 0.6.x-0.7.0.post1 fail on CPU-only torch)."""
 
 from __future__ import annotations
 
@@ -13,15 +13,15 @@ from packaging.version import Version
 
 from fi_patches._logging import get_logger
 from fi_patches.compat.versions import parse_version
+from fi_patches.internals import Dependency, error_text
+from fi_patches.internals.flashinfer import FLASHINFER
 
 logger = get_logger(__name__)
 
-DISTRIBUTION = "flashinfer-python"
-
 
 @dataclass(frozen=True)
-class InstalledFlashInfer:
-    """The installed FlashInfer: ``version`` is None when it is missing or unparsable."""
+class Installed:
+    """An installed package: ``version`` is None when it is missing or unparsable."""
 
     present: bool
     version_text: str | None
@@ -43,37 +43,48 @@ class InstalledFlashInfer:
         return self.version_text or "unknown version"
 
 
+InstalledFlashInfer = Installed
+
 _lock = threading.Lock()
-_cached: InstalledFlashInfer | None = None
+_cached: dict[str, Installed] = {}
 
 
-def _metadata_version() -> str | None:
+def _metadata_version(distribution: str) -> str | None:
     try:
-        return importlib.metadata.version(DISTRIBUTION)
+        return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
         return None
 
 
-def _probe() -> InstalledFlashInfer:
-    if importlib.util.find_spec("flashinfer") is None:
-        return InstalledFlashInfer(present=False, version_text=None, import_error=None)
-    version_text = _metadata_version()
+def _probe(dependency: Dependency) -> Installed:
+    if importlib.util.find_spec(dependency.module) is None:
+        return Installed(present=False, version_text=None, import_error=None)
+    version_text = _metadata_version(dependency.distribution)
     try:
-        module = importlib.import_module("flashinfer")
-    except Exception as exc:  # any import-time failure disables every feature, with this reason
-        detail = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-        error = f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
-        logger.debug("import flashinfer failed: %s", error)
-        return InstalledFlashInfer(present=True, version_text=version_text, import_error=error)
+        module = importlib.import_module(dependency.module)
+    except Exception as exc:  # any import-time failure disables its features, with this reason
+        logger.debug("import %s failed: %s", dependency.module, error_text(exc))
+        return Installed(present=True, version_text=version_text, import_error=error_text(exc))
     if version_text is None:
         version_text = getattr(module, "__version__", None)
-    return InstalledFlashInfer(present=True, version_text=version_text, import_error=None)
+    return Installed(present=True, version_text=version_text, import_error=None)
 
 
-def installed_flashinfer(refresh: bool = False) -> InstalledFlashInfer:
-    """The installed FlashInfer, probed once per process (``refresh`` probes again)."""
-    global _cached
+def installed(dependency: Dependency, refresh: bool = False) -> Installed:
+    """``dependency`` as installed here, probed once per process (``refresh`` probes again)."""
     with _lock:
-        if _cached is None or refresh:
-            _cached = _probe()
-        return _cached
+        found = _cached.get(dependency.module)
+        if found is None or refresh:
+            found = _cached[dependency.module] = _probe(dependency)
+        return found
+
+
+def installed_flashinfer(refresh: bool = False) -> Installed:
+    """The installed FlashInfer, probed once per process (``refresh`` probes again)."""
+    return installed(FLASHINFER, refresh)
+
+
+def forget() -> None:
+    """Probe every package again on next use."""
+    with _lock:
+        _cached.clear()

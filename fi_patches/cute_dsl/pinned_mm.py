@@ -36,11 +36,9 @@ _lock = threading.Lock()
 
 
 def _capability(device: Any) -> tuple[int, int]:
-    import importlib
+    from fi_patches.internals import flashinfer as fi
 
-    gemm_base = importlib.import_module("flashinfer.gemm.gemm_base")
-    major, minor = gemm_base.get_compute_capability(device)
-    return int(major), int(minor)
+    return fi.compute_capability(device)
 
 
 def plan(
@@ -123,8 +121,9 @@ def pinned_mm(
     with its 1-D swizzled scales. Without a pin covering the rows, with the feature off, or with
     a pin that would not run as pinned here, this is stock ``mm_mxfp8(backend="cute-dsl")``.
     """
-    import flashinfer
     import torch
+
+    from fi_patches.internals import flashinfer as fi
 
     out_dtype = out_dtype or torch.bfloat16
     rows, k = a.shape
@@ -134,7 +133,7 @@ def pinned_mm(
     inputs = [a, weight, a_scale, weight_scale, out_dtype, out, None]
     chosen = plan(n, k, rows, out_dtype, inputs, pins)
     if chosen.tactic is None:
-        return flashinfer.mm_mxfp8(
+        return fi.mm_mxfp8()(
             a, weight, a_scale, weight_scale, out=out, out_dtype=out_dtype, backend="cute-dsl"
         )
     inputs[6] = workspace(a.device)

@@ -6,11 +6,9 @@ all, so this asks the runner's own list and FlashInfer's own predicates before l
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
-SPLIT_K_MODULE = "flashinfer.gemm.kernels.dense_blockscaled_gemm_sm100_splitk"
-DENSE_MODULE = "flashinfer.gemm.kernels.dense_blockscaled_gemm_sm100"
+from fi_patches.internals import flashinfer as fi
 
 
 def why_not_runnable(runner: Any, inputs: list[Any], tactic: Any) -> str | None:
@@ -26,15 +24,14 @@ def why_not_runnable(runner: Any, inputs: list[Any], tactic: Any) -> str | None:
     m, k, n = a.shape[0], a.shape[1], b.shape[1]
     tiler, _, swap_ab, _, split_k = tactic
     if split_k > 1:
-        split = importlib.import_module(SPLIT_K_MODULE).Sm100BlockScaledSplitKGemmKernel
+        split = fi.split_k_kernel()
         if not out.is_contiguous():
             return "split-K needs a contiguous output"
         if not split.is_valid_tactic(m, k, cutlass.Float8E4M3FN, split_k):
             return f"FlashInfer's split-K kernel cannot split K={k} {split_k} ways at M={m}"
         if tuple(split.mma_tiler_mn_for_m(m)) != tiler:
             return f"split-K at M={m} runs tile {split.mma_tiler_mn_for_m(m)}, not {tiler}"
-    dense = importlib.import_module(DENSE_MODULE).Sm100BlockScaledPersistentDenseGemmKernel
-    narrow_ok = getattr(dense, "narrow_tile_ok", None)
+    narrow_ok = fi.narrow_tile_ok()
     if narrow_ok is not None and not narrow_ok(tiler[1], m if swap_ab else n):
         return f"tile N={tiler[1]} is outside FlashInfer's narrow-tile envelope at M={m}"
     return None

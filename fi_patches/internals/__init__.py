@@ -11,10 +11,21 @@ from fi_patches.internals._declare import (
     Internal,
     InternalError,
     OneOf,
+    error_text,
     mutations,
 )
 
-__all__ = ["Declared", "Dependency", "Internal", "InternalError", "OneOf", "declared", "mutations"]
+__all__ = [
+    "Declared",
+    "Dependency",
+    "Internal",
+    "InternalError",
+    "OneOf",
+    "declared",
+    "error_text",
+    "mutations",
+    "needed_by",
+]
 
 
 def declared() -> tuple[Declared, ...]:

@@ -58,6 +58,8 @@ class Dependency:
     distribution: str
     module: str
     verified: SpecifierSet
+    label: str
+    """How reasons name it (``FlashInfer``)."""
 
 
 @dataclass(frozen=True)
@@ -108,7 +110,8 @@ class Internal:
             for part in self.attr.split(".") if self.attr else ():
                 obj = getattr(obj, part[:-2])() if part.endswith("()") else getattr(obj, part)
         except Exception as exc:
-            raise InternalError(f"{self.path} is missing ({error_text(exc)})") from exc
+            what = "is not importable" if self.kind == MODULE else "is missing"
+            raise InternalError(f"{self.path} {what} ({error_text(exc)})") from exc
         return obj
 
     def present(self) -> bool:

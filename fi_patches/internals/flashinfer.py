@@ -35,6 +35,7 @@ FLASHINFER = Dependency(
     distribution="flashinfer-python",
     module="flashinfer",
     verified=SpecifierSet(">=0.7.0,<=0.7.4"),
+    label="FlashInfer",
 )
 """FlashInfer, and the releases every feature is verified on (prerelease-aware: 0.7.5rc1 and
 0.7.4.post1 are not 0.7.4)."""
@@ -676,9 +677,14 @@ def set_autotune_process_group() -> Callable[..., Any] | None:
 # the tuner's cache, for preseeding ------------------------------------------------------------
 
 
+def input_sizes(instance: Any, inputs: list[Any]) -> tuple[tuple[int, ...], ...]:
+    """The input shapes as the tuner reads them (a non-tensor input counts as ``(0,)``)."""
+    return tuple(GET_INPUT_SIZES.resolve()(instance, inputs))
+
+
 def cache_key(instance: Any, runner: Any, inputs: list[Any]) -> Any:
     """The key FlashInfer's tuner caches ``runner``'s winner for ``inputs`` under."""
-    sizes = tuple(GET_INPUT_SIZES.resolve()(instance, inputs))
+    sizes = input_sizes(instance, inputs)
     return GET_CACHE_KEY.resolve()(
         MXFP8_OP, runner, sizes, tuning_config(), runner.get_cache_key_extras(inputs)
     )

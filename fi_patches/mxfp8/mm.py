@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fi_patches.internals import flashinfer as fi
 from fi_patches.mxfp8.routes import Choice, Route, choice_for
 from fi_patches.pinning.resolve import TableLike
 
@@ -36,7 +37,6 @@ def mm(
     with 1-D swizzled scales. Returns ``(..., N)`` in ``out_dtype`` (BF16 by default). The stock
     route calls ``mm_mxfp8`` with ``stock_backend``.
     """
-    import flashinfer
     import torch
 
     out_dtype = out_dtype or torch.bfloat16
@@ -46,12 +46,12 @@ def mm(
     n = weight.shape[1]
     choice = choice_for(n, k, rows, out_dtype, pins)
     if x_scale is None:
-        a, a_scale = flashinfer.mxfp8_quantize(a2d, is_sf_swizzled_layout=True)
+        a, a_scale = fi.mxfp8_quantize()(a2d, is_sf_swizzled_layout=True)
     else:
         a, a_scale = a2d, x_scale
     route = choice.route
     if route is Route.LOW_LATENCY:
-        result = flashinfer.mm_mxfp8(
+        result = fi.mm_mxfp8()(
             a,
             weight,
             a_scale,
@@ -73,7 +73,7 @@ def mm(
             a, a_scale, weight, weight_scale, out_dtype=out_dtype, out=out, pins=pins
         )
     else:
-        result = flashinfer.mm_mxfp8(
+        result = fi.mm_mxfp8()(
             a, weight, a_scale, weight_scale, out=out, out_dtype=out_dtype, backend=stock_backend
         )
     return result if flat else result.view(*x.shape[:-1], n)

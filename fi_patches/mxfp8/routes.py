@@ -15,7 +15,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from fi_patches.compat.evaluate import status_of
+from fi_patches.compat.evaluate import on_refresh, status_of
 from fi_patches.pinning.resolve import TableLike, candidate_tables, state_key
 from fi_patches.pinning.stack import lookup, lookup_wide
 
@@ -71,8 +71,8 @@ def _wide(
         return None, f"wide_tile is off: {record.reason}"
     if out_dtype != torch.bfloat16:
         return None, "the wide kernel writes BF16 only"
-    from fi_patches.wide.tile import pick_tile
-    from fi_patches.wide.validity import invalid_reason
+    from fi_patches.wide.budget import invalid_reason
+    from fi_patches.wide.tactics import pick_tile
 
     tile = pick_tile(rows, max_rows=max_rows)
     entry = lookup_wide(tables, n, k, tile)
@@ -168,6 +168,7 @@ def explain(
     return choice_for(n, k, rows, out_dtype or torch.bfloat16, pins, wide_max)
 
 
+@on_refresh
 def forget() -> None:
     """Choose every route again (after pins or features change)."""
     with _lock:

@@ -1,8 +1,7 @@
 """Reversible patches of FlashInfer objects: applied all together or not at all, and reverted
 to the exact original objects."""
 
-from fi_patches.patching.attribute import AttributePatch
-from fi_patches.patching.patch_set import Patch, PatchError, PatchSet
-from fi_patches.patching.runner_classes import RunnerMethodPatch
+from fi_patches.patching.patch import AttributePatch, Patch, PatchError, PatchSet
+from fi_patches.patching.subclasses import RunnerMethodPatch
 
 __all__ = ["AttributePatch", "Patch", "PatchError", "PatchSet", "RunnerMethodPatch"]

@@ -14,14 +14,12 @@ from fi_patches._logging import get_logger, log_once
 from fi_patches.compat.device import current_device
 from fi_patches.compat.evaluate import status_of
 from fi_patches.compat.installed import installed_flashinfer
+from fi_patches.features import PRESEED, feature_of_section, pinned_sections
 from fi_patches.pins.default import as_table, default_pins
 from fi_patches.pins.schema import SECTIONS
 from fi_patches.pins.table import PinTable
 
 logger = get_logger(__name__)
-
-PINNED_SECTIONS = ("low_latency", "cute_dsl", "wide")
-"""The sections a ``pinned_tactics()`` block applies, each through its own feature."""
 
 _views: weakref.WeakKeyDictionary[PinTable, dict[tuple[str, ...], PinTable]] = (
     weakref.WeakKeyDictionary()
@@ -48,24 +46,25 @@ def applicable(
     """The table to activate and the sections of it that apply here; ``(None, ())`` when
     nothing applies (the reasons are logged once)."""
     resolved = default_pins() if table is None else as_table(table)
-    wanted = tuple(s for s in PINNED_SECTIONS if resolved.entries(s))
+    wanted = tuple(s for s in pinned_sections() if resolved.entries(s))
     if not wanted:
         return None, ()
-    sections = []
+    sections, ignored = [], []
     for section in wanted:
-        record = status_of(SECTIONS[section].feature)
+        record = status_of(feature_of_section(section).name)
         if record.enabled:
             sections.append(section)
         else:
-            log_once(
-                logger,
-                logging.WARNING,
-                f"disabled:{section}:{record.reason}",
-                "fi_patches.pinned_tactics() ignores the [[%s]] pins: %s %s",
-                section,
-                record.name,
-                record.reason,
-            )
+            ignored.append(f"[[{section}]] ({record.name} {record.reason})")
+    if ignored:
+        log_once(
+            logger,
+            logging.WARNING,
+            "disabled:" + ";".join(ignored),
+            "fi_patches.pinned_tactics() ignores the %s pins: %s",
+            "/".join(s.split(" ")[0] for s in ignored),
+            "; ".join(ignored),
+        )
     if not sections:
         return None, ()
     skip = resolved.skip_reason(current_device().arch, installed_flashinfer().version)
@@ -108,6 +107,18 @@ def pinned_tactics(
     """
     if mode not in MODES:
         raise ValueError(f"pinned_tactics(mode={mode!r}): mode must be one of {', '.join(MODES)}")
+    if mode == "preseed":
+        record = status_of(PRESEED.name)
+        if not record.enabled:
+            log_once(
+                logger,
+                logging.WARNING,
+                f"disabled:preseed:{record.reason}",
+                "fi_patches.pinned_tactics(mode='preseed') does nothing: preseed %s",
+                record.reason,
+            )
+            yield None
+            return
     active, sections = applicable(table)
     if active is None:
         yield None
@@ -126,7 +137,7 @@ def pinned_tactics(
                 stack.pop(token)
         return
 
-    features = {SECTIONS[s].feature for s in sections}
+    features = {feature_of_section(s).name for s in sections}
     with ExitStack() as held:
         for feature in sorted(features & set(INSTALLATIONS)):
             INSTALLATIONS[feature].acquire()

@@ -8,9 +8,10 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from fi_patches.features import FEATURES
+from fi_patches.internals import flashinfer as fi
 from fi_patches.patching import AttributePatch, PatchSet, RunnerMethodPatch
 from fi_patches.pinning.offers import valid_tactics_replacement
-from fi_patches.pinning.targets import PINNED_RUNNERS
 from fi_patches.pinning.tuner_cache import search_cache_replacement
 
 
@@ -58,25 +59,23 @@ class Installation:
 
 
 def _tuner_patches() -> PatchSet:
-    from flashinfer.autotuner import AutoTuner
+    return PatchSet(
+        [AttributePatch(fi.autotuner_class(), fi.SEARCH_CACHE.name, search_cache_replacement)]
+    )
 
-    return PatchSet([AttributePatch(AutoTuner, "search_cache", search_cache_replacement)])
 
-
-def _runner_patches(feature: str) -> Callable[[], PatchSet]:
+def _runner_patches(runners: tuple[Any, ...]) -> Callable[[], PatchSet]:
     def build() -> PatchSet:
-        from flashinfer.autotuner import TunableRunner
-
+        base = fi.tunable_runner()
         patches: list[Any] = [
             RunnerMethodPatch(
-                TunableRunner,
+                base,
                 t.module,
                 t.class_name,
-                "get_valid_tactics",
+                fi.RUNNER_VALID_TACTICS.name,
                 valid_tactics_replacement(t),
             )
-            for t in PINNED_RUNNERS
-            if t.feature == feature
+            for t in runners
         ]
         return PatchSet(patches)
 
@@ -86,8 +85,9 @@ def _runner_patches(feature: str) -> Callable[[], PatchSet]:
 TUNER_CACHE = Installation("tuner_cache", _tuner_patches)
 
 INSTALLATIONS: dict[str, Installation] = {
-    feature: Installation(feature, _runner_patches(feature), (TUNER_CACHE,))
-    for feature in dict.fromkeys(t.feature for t in PINNED_RUNNERS)
+    f.name: Installation(f.name, _runner_patches(f.runners), (TUNER_CACHE,))
+    for f in FEATURES
+    if f.runners
 }
 
 

@@ -8,6 +8,7 @@ Any surprise falls back to FlashInfer's own answer and is logged once.
 from __future__ import annotations
 
 import functools
+import logging
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -19,6 +20,8 @@ from fi_patches.pinning.targets import PinnedRunner
 
 logger = get_logger(__name__)
 
+_SURPRISE = "fi_patches could not compare a pin with the runner's tactics; offering the stock list"
+
 # Per runner class: (problem, dtypes, pin) -> whether the stock list offers the pin.
 _offered: weakref.WeakKeyDictionary[type, dict[tuple[Any, ...], bool]] = weakref.WeakKeyDictionary()
 
@@ -29,51 +32,45 @@ def _dtype_key(inputs: Sequence[Any]) -> tuple[Any, ...]:
 
 
 def valid_tactics_replacement(target: PinnedRunner) -> Any:
-    """``make(original, gate)`` for the runner class's ``get_valid_tactics``."""
+    """``make(original, gate)`` for the runner class's ``get_valid_tactics``. Everything that is
+    fi_patches' own (reading the active pins and the problem) runs under one guard; FlashInfer's
+    own call is made outside it, so its behaviour, exceptions included, is unchanged."""
     section, weight_inputs, problem_of = target.section, target.weight_inputs, target.problem
 
     def make(original: Any, gate: Any) -> Any:
-        def stock(self: Any, inputs: Any, profile: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
-            if args or kwargs:
-                return original(self, inputs, profile, *args, **kwargs)
-            return original(self, inputs, profile)
-
         @functools.wraps(original)
         def get_valid_tactics(
             self: Any, inputs: Any, profile: Any = None, *args: Any, **kwargs: Any
         ) -> Any:
-            scope = _scope.get()
-            index = scope.with_process() if stack._process_tables else scope.index
-            shapes = index.get(section) if index is not None else None
-            if shapes is None or not gate.active:
-                if args or kwargs:
-                    return original(self, inputs, profile, *args, **kwargs)
-                return original(self, inputs, profile)
+            entry = problem = None
             try:
-                form = weight_inputs.get(len(inputs))
-                if form is None:
-                    return stock(self, inputs, profile, args, kwargs)
-                weight = inputs[form[0]].shape
-                group = (shapes.by_kn if form[1] else shapes.by_nk).get(weight)
-                if group is None:  # most calls: an unpinned weight, answered inline
-                    if args or kwargs:
-                        return original(self, inputs, profile, *args, **kwargs)
-                    return original(self, inputs, profile)
-                problem = problem_of(inputs, None)
-                entry = covering(group, problem[2]) if problem is not None else None
+                scope = _scope.get()
+                index = scope.with_process() if stack._process_tables else scope.index
+                shapes = index.get(section) if index is not None else None
+                if shapes is not None and gate.active:
+                    form = weight_inputs.get(len(inputs))
+                    if form is not None:
+                        weight = inputs[form[0]].shape
+                        group = (shapes.by_kn if form[1] else shapes.by_nk).get(weight)
+                        if group is not None:
+                            problem = problem_of(inputs, None)
+                            if problem is not None:
+                                entry = covering(group, problem[2])
             except Exception:
+                entry = None
                 log_once(
                     logger,
-                    30,
+                    logging.WARNING,
                     f"problem:{target.class_name}",
                     "fi_patches could not read the problem of %s inputs; offering the stock "
                     "tactics",
                     target.class_name,
                     exc_info=True,
                 )
-                return stock(self, inputs, profile, args, kwargs)
-            if entry is None or problem is None:
-                return stock(self, inputs, profile, args, kwargs)
+            if entry is None or problem is None:  # most calls: an unpinned weight
+                if args or kwargs:
+                    return original(self, inputs, profile, *args, **kwargs)
+                return original(self, inputs, profile)
             return _offer(target, entry, problem, original, self, inputs, (profile, *args), kwargs)
 
         return get_valid_tactics
@@ -97,19 +94,29 @@ def _offer(
     if target.silenced:
         return []
     pin = entry.tactic
-    key = (problem, _dtype_key(inputs), pin)
-    verdicts = _offered.get(type(runner))
-    if verdicts is None:
-        verdicts = _offered.setdefault(type(runner), {})
-    offered = verdicts.get(key)
+    try:
+        key = (problem, _dtype_key(inputs), pin)
+        verdicts = _offered.get(type(runner))
+        if verdicts is None:
+            verdicts = _offered.setdefault(type(runner), {})
+        offered = verdicts.get(key)
+    except Exception:
+        log_once(logger, logging.WARNING, f"offer:{target.class_name}", _SURPRISE, exc_info=True)
+        return original(runner, inputs, *args, **kwargs)  # type: ignore[no-any-return]
     if offered is None:
         stock = original(runner, inputs, *args, **kwargs)
-        offered = pin in [target.normalize(t) for t in stock]
+        try:
+            offered = pin in [target.normalize(t) for t in stock]
+        except Exception:
+            log_once(
+                logger, logging.WARNING, f"offer:{target.class_name}", _SURPRISE, exc_info=True
+            )
+            return list(stock)
         verdicts[key] = offered
         if not offered:
             log_once(
                 logger,
-                30,
+                logging.WARNING,
                 f"notoffered:{target.class_name}:{key}",
                 "pinned tactic %s ([[%s]] #%d) is not among the %d tactics FlashInfer's %s "
                 "offers for n=%d k=%d rows=%d; offering the stock tactics",

@@ -1,114 +1,74 @@
 """Preseed mode: write each pinned tactic into FlashInfer's tuner cache for every bucket of its
 row range, so tuning a pinned problem profiles nothing; put the previous entries back on exit.
 
-The keys are FlashInfer's own: built by ``AutoTuner._get_cache_key`` from the real runner and
-inputs shaped as ``mm_mxfp8`` passes them (the key holds the bucket, the workspace size and the
-runner's dtype extras). How a winner and its measurement policy are stored differs by release;
-:func:`_publish` follows the release."""
+The keys are FlashInfer's own, built from the real runner and inputs shaped as ``mm_mxfp8``
+passes them (the key holds the bucket, the workspace size and the runner's dtype extras). Seeding
+is all or nothing: every key is built before anything is written, and a failed write undoes the
+writes before it. Exit puts back exactly the entries the seeds replaced, except where the tuner
+itself has replaced a seed since (its newer winner stays)."""
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from fi_patches.compat.installed import installed_flashinfer
+from fi_patches.internals import flashinfer as fi
 from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
-from fi_patches.pinning.targets import GEMM_BASE
-from fi_patches.pinning.validate import mxfp8_bucket_of
 from fi_patches.pins.table import PinTable
 
-CUSTOM_OP = "mxfp8_gemm"
 _ABSENT: Any = object()
 
 
 @dataclass
 class _Seed:
-    store: dict[Any, Any]
+    store: MutableMapping[Any, Any]
     key: Any
     value: Any
-    previous: Any
+    previous: Any = _ABSENT
 
 
 def _runner_for(section: str, sm: int) -> Any:
     import torch
 
-    gemm_base = importlib.import_module(GEMM_BASE)
-    if section == "low_latency":
-        return gemm_base._cutedsl_low_latency_blockscaled_gemm_runner(sm, True)
     from fi_patches.cute_dsl.runner import cute_dsl_runner
 
+    if section == "low_latency":
+        return fi.low_latency_runner(sm, True)
     return cute_dsl_runner(sm // 10, sm % 10, torch.bfloat16)
+
+
+PRESEEDED_SECTIONS = ("low_latency", "cute_dsl")
+"""The sections whose runners FlashInfer's tuner caches (wide pins narrow fi_patches' own
+runner instead)."""
 
 
 def _buckets(lo: int, hi: int, bucket_of: Callable[[int], int]) -> list[int]:
     return sorted({bucket_of(rows) for rows in range(lo, hi + 1)})
 
 
-def _policy_key(tuner: Any, key: Any) -> Any:
-    """0.7.0/0.7.0.post1 key policies by the cache key; 0.7.1+ by ``(identity, key)``."""
-    from packaging.version import Version
-
-    from fi_patches.compat.installed import installed_flashinfer
-
+def _plan(items: Sequence[tuple[Any, list[Any], Any]]) -> list[_Seed]:
+    """The seeds for ``(runner, inputs, tactic)`` items, keys built, nothing written."""
+    tuner = fi.tuner()
+    winners = fi.winner_cache(tuner)
+    policies = fi.policy_store(tuner)
+    config = fi.tuning_config()
+    policy = fi.policy(config)
     version = installed_flashinfer().version
-    if version is not None and version < Version("0.7.1"):
-        return key
-    return (tuner._winner_cache_identity(), key)
-
-
-def _publish(tuner: Any, key: Any, tactic: Any, config: Any) -> list[_Seed]:
-    """Store ``tactic`` under ``key`` as FlashInfer stores a tuned winner; the seeds to undo."""
     seeds = []
-    winners = tuner._winner_cache()
-    value = (tactic, None)
-    seeds.append(_Seed(winners, key, value, winners.get(key, _ABSENT)))
-    winners[key] = value
-    policies = tuner._profiling_cache_policies
-    policy_key = _policy_key(tuner, key)
-    policy = tuner._profiling_policy(config)
-    seeds.append(_Seed(policies, policy_key, policy, policies.get(policy_key, _ABSENT)))
-    policies[policy_key] = policy
+    for runner, inputs, tactic in items:
+        key = fi.cache_key(tuner, runner, inputs)
+        seeds.append(_Seed(winners, key, (tactic, None)))
+        seeds.append(_Seed(policies, fi.policy_key(tuner, key, version), policy))
     return seeds
 
 
-def seed_table(table: PinTable, sections: tuple[str, ...], sm: int) -> list[_Seed]:
-    """Write every pin of ``sections`` into the tuner's cache; returns what to undo."""
-    from flashinfer.autotuner import AutoTuner
-
-    tuner = AutoTuner.get()
-    gemm_base = importlib.import_module(GEMM_BASE)
-    config = gemm_base._MM_MXFP8_CUTE_DSL_TUNING_CONFIG
-    workspace = gemm_base.DEFAULT_WORKSPACE_SIZE
-    bucket_of = mxfp8_bucket_of()
-    seeds: list[_Seed] = []
-    with tuner._lock:
-        for section in sections:
-            if section not in ("low_latency", "cute_dsl"):
-                continue
-            runner = _runner_for(section, sm)
-            for entry in table.entries(section):
-                for bucket in _buckets(entry.min_rows, entry.max_rows, bucket_of):
-                    inputs = mxfp8_runner_inputs(
-                        entry.n, entry.k, bucket, workspace_bytes=workspace
-                    )
-                    key = AutoTuner._get_cache_key(
-                        CUSTOM_OP,
-                        runner,
-                        tuple(tuner._get_input_sizes(inputs)),
-                        config,
-                        runner.get_cache_key_extras(inputs),
-                    )
-                    seeds.extend(_publish(tuner, key, entry.tactic, config))
-    return seeds
-
-
-def unseed(seeds: list[_Seed]) -> None:
-    """Put back what the seeds replaced, where the tuner has not replaced the seed since."""
+def _undo(seeds: list[_Seed]) -> None:
     for seed in reversed(seeds):
         if seed.store.get(seed.key, _ABSENT) is not seed.value:
-            continue
+            continue  # the tuner replaced the seed since: its newer winner stays
         if seed.previous is _ABSENT:
             del seed.store[seed.key]
         else:
@@ -116,9 +76,46 @@ def unseed(seeds: list[_Seed]) -> None:
 
 
 @contextmanager
-def preseeded(table: PinTable, sections: tuple[str, ...], sm: int) -> Iterator[None]:
-    seeds = seed_table(table, sections, sm)
+def seeded_entries(items: Sequence[tuple[Any, list[Any], Any]]) -> Iterator[None]:
+    """Inside, FlashInfer's tuner cache holds each ``tactic`` as the winner of its runner and
+    inputs; on exit (or a failed seed) the previous entries come back."""
+    tuner = fi.tuner()
+    written: list[_Seed] = []
+    with fi.tuner_lock(tuner):
+        seeds = _plan(items)
+        try:
+            for seed in seeds:
+                seed.previous = seed.store.get(seed.key, _ABSENT)
+                seed.store[seed.key] = seed.value
+                written.append(seed)
+        except BaseException:
+            _undo(written)
+            raise
     try:
         yield
     finally:
-        unseed(seeds)
+        with fi.tuner_lock(tuner):
+            _undo(written)
+
+
+def table_items(table: PinTable, sections: tuple[str, ...], sm: int) -> list[tuple[Any, ...]]:
+    """``(runner, inputs, tactic)`` for every bucket of every pin of ``sections``."""
+    bucket_of = fi.bucket_of()
+    workspace = fi.workspace_size()
+    items: list[tuple[Any, ...]] = []
+    for section in sections:
+        if section not in PRESEEDED_SECTIONS or not table.entries(section):
+            continue
+        runner = _runner_for(section, sm)
+        for entry in table.entries(section):
+            for bucket in _buckets(entry.min_rows, entry.max_rows, bucket_of):
+                inputs = mxfp8_runner_inputs(entry.n, entry.k, bucket, workspace_bytes=workspace)
+                items.append((runner, inputs, entry.tactic))
+    return items
+
+
+@contextmanager
+def preseeded(table: PinTable, sections: tuple[str, ...], sm: int) -> Iterator[None]:
+    """Seed every pin of ``sections`` for the block's duration (all or nothing)."""
+    with seeded_entries(table_items(table, sections, sm)):
+        yield

@@ -8,11 +8,13 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from fi_patches import _env
 from fi_patches._logging import get_logger, log_once
 from fi_patches.compat.device import current_device
+from fi_patches.compat.evaluate import on_refresh
 from fi_patches.compat.installed import installed_flashinfer
 from fi_patches.pinning import stack
-from fi_patches.pins.default import ENV, as_table, default_pins, registered_pins
+from fi_patches.pins.default import as_table, default_pins, registered_pins
 from fi_patches.pins.errors import PinTableError
 from fi_patches.pins.table import PinTable
 
@@ -30,7 +32,7 @@ def candidate_tables(pins: TableLike | None) -> tuple[PinTable, ...]:
     active tables, ``FI_PATCHES_PINS``, the registered table), as hot paths ask on every call;
     ``fi_patches.refresh()`` forgets it."""
     if pins is None or isinstance(pins, PinTable):
-        key = (pins, stack.active_tables(), os.environ.get(ENV), registered_pins())
+        key = (pins, stack.active_tables(), _env.get(_env.PINS), registered_pins())
         found = _memo.get(key)
         if found is None:
             found = _memo[key] = _candidate_tables(pins)
@@ -43,6 +45,7 @@ _generation = 0
 cache on ``state_key()`` without asking it again."""
 
 
+@on_refresh
 def forget() -> None:
     global _generation
     _memo.clear()

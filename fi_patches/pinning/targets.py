@@ -7,14 +7,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-GEMM_BASE = "flashinfer.gemm.gemm_base"
-AUTOTUNER = "flashinfer.autotuner"
-LOW_LATENCY_MODULE = "flashinfer.gemm.kernels.cute_dsl.low_latency_blockscaled_gemm"
-LOW_LATENCY_FACTORY = "_cutedsl_low_latency_blockscaled_gemm_runner"
-LOW_LATENCY_CLASS = "CutedslLowLatencyBlockscaledGemmRunner"
-CUTE_DSL_FACTORY = "_cute_dsl_gemm_mxfp8_runner"
-CUTE_DSL_CLASS = "CuteDSLMxfp8GemmRunner"
-CUTE_DSL_WARP_CLASS = "CuteDSLMxfp8WarpSplitKRunner"
+from fi_patches.internals import Internal
+from fi_patches.internals import flashinfer as fi
 
 Problem = tuple[int, int, int]
 """``(n, k, rows)``: the weight's output features, its input features, the activation rows."""
@@ -24,16 +18,15 @@ Shapes = Sequence[Sequence[int]]
 
 @dataclass(frozen=True)
 class PinnedRunner:
-    """A runner class fi_patches pins, the feature that pins it and the section holding its pins.
+    """A runner class fi_patches pins (the class its ``factory`` builds) and the section holding
+    its pins.
 
     A ``silenced`` runner serves the same op with tactics of another form (FlashInfer's warp
     split-K runner beside the cute-dsl one): for a pinned problem it offers nothing, so the
     tuner profiles the pin alone.
     """
 
-    module: str
-    class_name: str
-    feature: str
+    factory: Internal
     section: str
     weight_inputs: dict[int, tuple[int, bool]]
     """Per input-list length: which input holds the weight, and whether its shape reads
@@ -48,6 +41,15 @@ class PinnedRunner:
     """A tactic as the pin table spells it (JSON-loaded caches hold lists, not tuples)."""
 
     silenced: bool = False
+
+    @property
+    def module(self) -> str:
+        """The module FlashInfer defines the runner class in."""
+        return self.factory.module
+
+    @property
+    def class_name(self) -> str:
+        return self.factory.builds
 
 
 def _dims(inputs: Sequence[Any], shapes: Shapes | None, index: int) -> Sequence[int]:
@@ -88,9 +90,7 @@ def nested_tuple(tactic: Any) -> Any:
 
 
 LOW_LATENCY = PinnedRunner(
-    GEMM_BASE,
-    LOW_LATENCY_CLASS,
-    "pinned_tactics",
+    fi.LOW_LATENCY_RUNNER,
     "low_latency",
     {7: (1, True), 9: (0, False)},  # mm_mxfp8's b is the (K, N) view; native A is (N, K)
     mxfp8_problem,
@@ -98,9 +98,7 @@ LOW_LATENCY = PinnedRunner(
 )
 
 CUTE_DSL = PinnedRunner(
-    GEMM_BASE,
-    CUTE_DSL_CLASS,
-    "pinned_cute_dsl",
+    fi.CUTE_DSL_RUNNER,
     "cute_dsl",
     {7: (1, True)},
     mxfp8_problem,
@@ -108,14 +106,10 @@ CUTE_DSL = PinnedRunner(
 )
 
 CUTE_DSL_WARP = PinnedRunner(
-    GEMM_BASE,
-    CUTE_DSL_WARP_CLASS,
-    "pinned_cute_dsl",
+    fi.CUTE_DSL_WARP_RUNNER,
     "cute_dsl",
     {7: (1, True)},
     mxfp8_problem,
     nested_tuple,
     silenced=True,
 )
-
-PINNED_RUNNERS: tuple[PinnedRunner, ...] = (LOW_LATENCY, CUTE_DSL, CUTE_DSL_WARP)

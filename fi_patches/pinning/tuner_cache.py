@@ -5,18 +5,21 @@ Lookups outside tuning, and every unpinned problem, get FlashInfer's answer unch
 from __future__ import annotations
 
 import functools
+import logging
 from typing import Any
 
 from fi_patches._logging import get_logger, log_once
+from fi_patches.features import FEATURES
+from fi_patches.internals import flashinfer as fi
 from fi_patches.pinning.stack import current_index, find
-from fi_patches.pinning.targets import PINNED_RUNNERS, PinnedRunner
+from fi_patches.pinning.targets import PinnedRunner
 
 logger = get_logger(__name__)
 
 _MISS = (False, 0, -1, None)
 
 
-_TARGETS: dict[str, PinnedRunner] = {t.class_name: t for t in PINNED_RUNNERS}
+_TARGETS: dict[str, PinnedRunner] = {t.class_name: t for f in FEATURES for t in f.runners}
 
 
 def _pinned_miss(result: Any, args: tuple[Any, ...], kwargs: dict[str, Any], index: Any) -> bool:
@@ -47,23 +50,23 @@ def _pinned_miss(result: Any, args: tuple[Any, ...], kwargs: dict[str, Any], ind
 
 
 def search_cache_replacement(original: Any, gate: Any) -> Any:
-    """``AutoTuner.search_cache`` that, while tuning, misses on a pinned problem's stale hit."""
+    """``AutoTuner.search_cache`` that, while tuning, misses on a pinned problem's stale hit.
+    Everything after FlashInfer's own lookup runs under one guard: on any surprise the result is
+    FlashInfer's, and the surprise is logged once."""
 
     @functools.wraps(original)
     def search_cache(self: Any, *args: Any, **kwargs: Any) -> Any:
         result = original(self, *args, **kwargs)
-        if not self.is_tuning_mode or not gate.active:
-            return result
-        index = current_index()
-        if index is None:
-            return result
         try:
-            if _pinned_miss(result, args, kwargs, index):
+            if not gate.active or not fi.is_tuning(self):
+                return result
+            index = current_index()
+            if index is not None and _pinned_miss(result, args, kwargs, index):
                 return _MISS
         except Exception:
             log_once(
                 logger,
-                30,
+                logging.WARNING,
                 "search_cache",
                 "fi_patches could not inspect a tuner cache hit; keeping FlashInfer's result",
                 exc_info=True,

@@ -4,13 +4,11 @@ own enumerator offers for its problem, and every row range must be made of whole
 
 from __future__ import annotations
 
-import importlib
 import threading
 import weakref
 from collections.abc import Callable, Iterable
-from typing import Any
 
-from fi_patches.pinning.targets import GEMM_BASE, LOW_LATENCY_MODULE
+from fi_patches.internals import flashinfer as fi
 from fi_patches.pins.errors import PinProblem, PinTableError
 from fi_patches.pins.schema import LOW_LATENCY_MAX_ROWS, RowRangePin
 from fi_patches.pins.table import PinTable
@@ -18,12 +16,7 @@ from fi_patches.pins.table import PinTable
 Checker = Callable[[PinTable], list[PinProblem]]
 
 
-def mxfp8_bucket_of() -> Callable[[int], int]:
-    """FlashInfer's row-to-bucket map of ``mm_mxfp8``'s tuner (one cache entry per bucket)."""
-    gemm_base = importlib.import_module(GEMM_BASE)
-    spec = gemm_base._MM_MXFP8_CUTE_DSL_TUNING_CONFIG.dynamic_tensor_specs[0]
-    mapper: Callable[[int], int] = spec.map_to_tuning_buckets
-    return mapper
+mxfp8_bucket_of = fi.bucket_of
 
 
 def bucket_groups(bucket_of: Callable[[int], int], max_rows: int) -> list[tuple[int, int]]:
@@ -68,25 +61,17 @@ def check_buckets(
     return problems
 
 
-def _mxfp8_dtypes() -> tuple[Any, ...]:
-    import cutlass
-
-    return (cutlass.Float8E4M3FN, cutlass.Float8E4M3FN, cutlass.Float8E8M0FNU, 32, cutlass.BFloat16)
-
-
 def check_low_latency(table: PinTable) -> list[PinProblem]:
     """Problems of the table's ``[[low_latency]]`` entries against the installed FlashInfer."""
     entries = table.entries("low_latency")
     if not entries:
         return []
-    enumerate_tactics = importlib.import_module(LOW_LATENCY_MODULE).autotune_tactics
-    dtypes = _mxfp8_dtypes()
     problems = check_buckets(
         "low_latency", entries, table.source, mxfp8_bucket_of(), LOW_LATENCY_MAX_ROWS
     )
     for entry in entries:
         for rows in range(entry.min_rows, entry.max_rows + 1):
-            offered = [tuple(t) for t in enumerate_tactics((entry.n, rows, entry.k, 1), *dtypes)]
+            offered = fi.autotune_tactics(entry.n, entry.k, rows)
             if entry.tactic not in offered:
                 sample = ", ".join(str(t) for t in offered[:3]) or "none"
                 problems.append(
@@ -146,7 +131,7 @@ def check_cute_dsl(table: PinTable) -> list[PinProblem]:
 def check_wide(table: PinTable) -> list[PinProblem]:
     """Problems of the ``[[wide]]`` entries: each tactic must fit its tile on this device."""
     from fi_patches.compat.device import current_device
-    from fi_patches.wide.pins import wide_pin_reason
+    from fi_patches.wide.precompile import wide_pin_reason
 
     arch = f"{current_device().arch or 'sm_100'}a"
     problems = []
@@ -165,11 +150,21 @@ def check_wide(table: PinTable) -> list[PinProblem]:
     return problems
 
 
-CHECKERS: dict[str, Checker] = {
-    "low_latency": check_low_latency,
-    "cute_dsl": check_cute_dsl,
-    "wide": check_wide,
-}
+def checker_of(section: str) -> Checker:
+    """The check of ``section``'s entries, as its feature declares it."""
+    from fi_patches.compat.feature import load
+    from fi_patches.features import feature_of_section
+
+    checker: Checker = load(feature_of_section(section).checker)
+    return checker
+
+
+def checked_sections() -> tuple[str, ...]:
+    """Every section some feature checks."""
+    from fi_patches.features import FEATURES
+
+    return tuple(s for f in FEATURES if f.checker for s in f.sections)
+
 
 _checked: weakref.WeakKeyDictionary[PinTable, tuple[str, ...]] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
@@ -178,13 +173,13 @@ _lock = threading.Lock()
 def check_table(table: PinTable, sections: Iterable[str] | None = None) -> None:
     """Raise :class:`PinTableError` unless every entry of ``sections`` (default: all with a
     checker) is valid on the installed FlashInfer. A table passes once per process."""
-    wanted = tuple(sections) if sections is not None else tuple(CHECKERS)
+    wanted = tuple(sections) if sections is not None else checked_sections()
     with _lock:
         done = _checked.get(table, ())
     todo = [s for s in wanted if s not in done and table.entries(s)]
     problems: list[PinProblem] = []
     for section in todo:
-        problems.extend(CHECKERS[section](table))
+        problems.extend(checker_of(section)(table))
     if problems:
         raise PinTableError(problems)
     with _lock:

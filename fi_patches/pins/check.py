@@ -37,7 +37,7 @@ def check_entries(table: PinTable) -> tuple[str | None, list[EntryCheck]]:
     from fi_patches.compat.device import current_device
     from fi_patches.compat.evaluate import status_of
     from fi_patches.compat.installed import installed_flashinfer
-    from fi_patches.pinning.validate import CHECKERS
+    from fi_patches.pinning.validate import checked_sections, checker_of
 
     meta_problem = table.skip_reason(current_device().arch, installed_flashinfer().version)
     results: list[EntryCheck] = []
@@ -46,7 +46,7 @@ def check_entries(table: PinTable) -> tuple[str | None, list[EntryCheck]]:
         if not entries:
             continue
         record = status_of(section.feature)
-        checker = CHECKERS.get(name)
+        checker = checker_of(name) if name in checked_sections() else None
         problems: dict[int, str] = {}
         unchecked = None
         if not record.enabled:

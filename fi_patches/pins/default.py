@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from fi_patches import _env
+from fi_patches.compat.evaluate import on_refresh
 from fi_patches.pins.errors import PinTableError
 from fi_patches.pins.schema import SECTIONS
 from fi_patches.pins.table import PinTable
@@ -16,7 +18,7 @@ from fi_patches.pins.table import PinTable
 if TYPE_CHECKING:
     from fi_patches.compat.evaluate import FeatureStatus
 
-ENV = "FI_PATCHES_PINS"
+ENV = _env.PINS.name
 
 _lock = threading.Lock()
 _registered: PinTable | None = None
@@ -45,6 +47,7 @@ def _load_file(path: Path) -> PinTable:
     return cached
 
 
+@on_refresh
 def forget_loaded_files() -> None:
     """Read pin files again on next use."""
     with _lock:
@@ -58,9 +61,6 @@ def register_pins(table: PinTable | str | os.PathLike[str] | Mapping[str, object
     resolved = None if table is None else as_table(table)
     with _lock:
         _registered = resolved
-    from fi_patches.pinning import resolve
-
-    resolve.forget()
 
 
 def registered_pins() -> PinTable | None:
@@ -71,7 +71,7 @@ def registered_pins() -> PinTable | None:
 def default_pins() -> PinTable:
     """The table ``pinned_tactics()`` uses when given none; raises :class:`PinTableError`
     when ``FI_PATCHES_PINS`` names a bad file."""
-    path = os.environ.get(ENV)
+    path = _env.get(_env.PINS)
     if path:
         return _load_file(Path(path))
     with _lock:
@@ -91,7 +91,7 @@ def describe_default_pins(feature: str, record: FeatureStatus) -> str:
     if count == 0:
         return (
             f"no pins ({ENV} unset and none registered)"
-            if not os.environ.get(ENV)
+            if not _env.get(_env.PINS)
             else (f"no {'/'.join(sections)} pins in {table.source}")
         )
     from fi_patches.compat.device import normalize_arch

@@ -133,12 +133,12 @@ def from_v2_store(root: Path) -> tuple[list[TunedEntry], dict[str, Any]]:
 
 def from_tuner(tuner: Any = None) -> list[TunedEntry]:
     """Entries of the live in-process cache (``AutoTuner.get()`` by default)."""
-    if tuner is None:
-        from flashinfer.autotuner import AutoTuner
+    from fi_patches.internals import flashinfer as fi
 
-        tuner = AutoTuner.get()
+    if tuner is None:
+        tuner = fi.tuner()
     entries = []
-    for key, value in list(tuner.profiling_cache.items()):
+    for key, value in list(fi.live_winners(tuner).items()):
         entry = _entry(key.custom_op, key.runner_class_name, key.nearest_profile, value[0])
         if entry is not None:
             entries.append(entry)

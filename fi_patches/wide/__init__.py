@@ -20,12 +20,12 @@ _EXPORTS = {
     "GemmDtypes": "fi_patches.wide.dtypes",
     "MXFP8": "fi_patches.wide.dtypes",
     "NVFP4": "fi_patches.wide.dtypes",
-    "Tactic": "fi_patches.wide.tactic",
-    "smem_bytes": "fi_patches.wide.smem",
-    "smem_capacity": "fi_patches.wide.smem",
-    "tmem_columns": "fi_patches.wide.tmem",
-    "invalid_reason": "fi_patches.wide.validity",
-    "config_reason": "fi_patches.wide.validity",
+    "Tactic": "fi_patches.wide.tactics",
+    "smem_bytes": "fi_patches.wide.budget",
+    "smem_capacity": "fi_patches.wide.budget",
+    "tmem_columns": "fi_patches.wide.budget",
+    "invalid_reason": "fi_patches.wide.budget",
+    "config_reason": "fi_patches.wide.budget",
     "wide_tactics": "fi_patches.wide.tactics",
     "default_tactic": "fi_patches.wide.tactics",
     "wide_kernel_class": "fi_patches.wide.kernel",
@@ -33,16 +33,16 @@ _EXPORTS = {
     "WideArchError": "fi_patches.wide.arch",
     "compile_wide": "fi_patches.wide.compile",
     "WideConfigError": "fi_patches.wide.compile",
-    "WideKernel": "fi_patches.wide.compiled",
+    "WideKernel": "fi_patches.wide.compile",
     "launch_wide": "fi_patches.wide.launch",
-    "pick_tile": "fi_patches.wide.tile",
-    "choose_tactic": "fi_patches.wide.choose",
-    "wide_mm": "fi_patches.wide.mm",
-    "repack_per_cta": "fi_patches.wide.scales",
+    "pick_tile": "fi_patches.wide.tactics",
+    "choose_tactic": "fi_patches.wide.tactics",
+    "wide_mm": "fi_patches.wide.launch",
+    "repack_per_cta": "fi_patches.wide.launch",
     "KernelResources": "fi_patches.wide.resources",
     "kernel_resources": "fi_patches.wide.resources",
-    "wide_pin_reason": "fi_patches.wide.pins",
-    "precompile_requests": "fi_patches.wide.pins",
+    "wide_pin_reason": "fi_patches.wide.precompile",
+    "precompile_requests": "fi_patches.wide.precompile",
     "precompile": "fi_patches.wide.precompile",
     "compile_with_resources": "fi_patches.wide.precompile",
 }
@@ -52,32 +52,32 @@ __all__ = sorted(_EXPORTS)
 if TYPE_CHECKING:
     from fi_patches.wide.arch import WideArchError as WideArchError
     from fi_patches.wide.arch import resolve_arch as resolve_arch
-    from fi_patches.wide.choose import choose_tactic as choose_tactic
+    from fi_patches.wide.budget import config_reason as config_reason
+    from fi_patches.wide.budget import invalid_reason as invalid_reason
+    from fi_patches.wide.budget import smem_bytes as smem_bytes
+    from fi_patches.wide.budget import smem_capacity as smem_capacity
+    from fi_patches.wide.budget import tmem_columns as tmem_columns
     from fi_patches.wide.compile import WideConfigError as WideConfigError
+    from fi_patches.wide.compile import WideKernel as WideKernel
     from fi_patches.wide.compile import compile_wide as compile_wide
-    from fi_patches.wide.compiled import WideKernel as WideKernel
     from fi_patches.wide.dtypes import MXFP8 as MXFP8
     from fi_patches.wide.dtypes import NVFP4 as NVFP4
     from fi_patches.wide.dtypes import GemmDtypes as GemmDtypes
     from fi_patches.wide.kernel import wide_kernel_class as wide_kernel_class
     from fi_patches.wide.launch import launch_wide as launch_wide
-    from fi_patches.wide.mm import wide_mm as wide_mm
-    from fi_patches.wide.pins import precompile_requests as precompile_requests
-    from fi_patches.wide.pins import wide_pin_reason as wide_pin_reason
+    from fi_patches.wide.launch import repack_per_cta as repack_per_cta
+    from fi_patches.wide.launch import wide_mm as wide_mm
     from fi_patches.wide.precompile import compile_with_resources as compile_with_resources
     from fi_patches.wide.precompile import precompile as precompile
+    from fi_patches.wide.precompile import precompile_requests as precompile_requests
+    from fi_patches.wide.precompile import wide_pin_reason as wide_pin_reason
     from fi_patches.wide.resources import KernelResources as KernelResources
     from fi_patches.wide.resources import kernel_resources as kernel_resources
-    from fi_patches.wide.scales import repack_per_cta as repack_per_cta
-    from fi_patches.wide.smem import smem_bytes as smem_bytes
-    from fi_patches.wide.smem import smem_capacity as smem_capacity
-    from fi_patches.wide.tactic import Tactic as Tactic
+    from fi_patches.wide.tactics import Tactic as Tactic
+    from fi_patches.wide.tactics import choose_tactic as choose_tactic
     from fi_patches.wide.tactics import default_tactic as default_tactic
+    from fi_patches.wide.tactics import pick_tile as pick_tile
     from fi_patches.wide.tactics import wide_tactics as wide_tactics
-    from fi_patches.wide.tile import pick_tile as pick_tile
-    from fi_patches.wide.tmem import tmem_columns as tmem_columns
-    from fi_patches.wide.validity import config_reason as config_reason
-    from fi_patches.wide.validity import invalid_reason as invalid_reason
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -12,7 +12,6 @@ import struct
 from dataclasses import dataclass, field
 
 EM_CUDA = 190
-ELF_ABI_CUDA = 0x41
 
 EIFMT_SVAL = 0x04
 EIATTR_FRAME_SIZE = 0x11

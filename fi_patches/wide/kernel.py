@@ -12,20 +12,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from fi_patches.internals import flashinfer as fi
+from fi_patches.wide.budget import CTA_M, SUPPORTED_SPLIT_K, invalid_reason, smem_bytes, tile_reason
 from fi_patches.wide.dtypes import GemmDtypes
-from fi_patches.wide.limits import CTA_M, SUPPORTED_SPLIT_K
-from fi_patches.wide.smem import smem_bytes
-from fi_patches.wide.validity import invalid_reason, tile_reason
-
-FLASHINFER_MODULE = "flashinfer.gemm.kernels.cute_dsl.low_latency_blockscaled_gemm"
-BASE_CLASS = "LowLatencyBlockscaledGemmKernel"
-
-
-def base_kernel_class() -> type[Any]:
-    """FlashInfer's ``LowLatencyBlockscaledGemmKernel`` (imports FlashInfer and cutlass)."""
-    import importlib
-
-    return getattr(importlib.import_module(FLASHINFER_MODULE), BASE_CLASS)  # type: ignore[no-any-return]
 
 
 def implement_reason(
@@ -62,7 +51,7 @@ def implement_reason(
 @functools.cache
 def wide_kernel_class() -> type[Any]:
     """The subclass, defined on first call over the installed FlashInfer and cached."""
-    base: Any = base_kernel_class()
+    base: Any = fi.low_latency_kernel_class()
 
     class WideLowLatencyBlockscaledGemmKernel(base):  # type: ignore[misc]
         """FlashInfer's low-latency kernel for a ``(128, tile, cta_k)`` CTA tile, tile a

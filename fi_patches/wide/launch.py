@@ -1,4 +1,11 @@
-"""Launch a compiled wide kernel on torch tensors, on the current CUDA stream.
+"""Run a compiled wide kernel on torch tensors: the activation-scale layouts it reads, the checks
+on its inputs, the launch on the current CUDA stream, and ``wide_mm``, which takes its inputs
+exactly as ``flashinfer.mm_mxfp8`` does.
+
+Activation scales: FlashInfer's standard 1-D swizzled 128x4 layout (what
+``mxfp8_quantize(..., is_sf_swizzled_layout=True)`` produces) and the per-CTA layout the kernel
+reads, where each ``tile``-row block of rows gets its own 128-row atom, are byte-identical when
+all rows fit one tile; otherwise :func:`repack_per_cta` repacks them.
 
 Kernel convention: kernel M is the weight's N (output features), kernel N the activation rows;
 A = weight ``(N, K)`` K-major with its 128x4 swizzled scales (SFA), B = activation ``(rows, K)``
@@ -7,12 +14,67 @@ K-major with its scales (SFB), C = ``out.T`` (M-major), so ``out`` is ``(rows, N
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
-from fi_patches.wide.compile import POINTER_ALIGN, WideConfigError
-from fi_patches.wide.compiled import WideKernel
-from fi_patches.wide.scales import per_cta_scale_elements, standard_scale_elements
-from fi_patches.wide.validity import invalid_reason
+from fi_patches.wide.arch import resolve_arch
+from fi_patches.wide.budget import SF_ATOM_COLS, SF_ATOM_ROWS, invalid_reason
+from fi_patches.wide.compile import POINTER_ALIGN, WideConfigError, WideKernel, compile_wide
+from fi_patches.wide.tactics import TILE_ROUNDING, WIDE_MAX_ROWS, choose_tactic, pick_tile
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def sf_columns(k: int, sf_vec: int = 32) -> int:
+    """Scale columns per row, padded to whole 4-column atoms."""
+    return _ceil_div(_ceil_div(k, sf_vec), SF_ATOM_COLS) * SF_ATOM_COLS
+
+
+def standard_scale_elements(rows: int, k: int, sf_vec: int = 32) -> int:
+    """Elements of the standard 128x4 swizzled scales of ``rows`` rows."""
+    return _ceil_div(rows, SF_ATOM_ROWS) * SF_ATOM_ROWS * sf_columns(k, sf_vec)
+
+
+def per_cta_scale_elements(rows: int, k: int, tile: int, sf_vec: int = 32) -> int:
+    """Elements the kernel reads for ``rows`` activation rows at ``tile``: one 128-row atom
+    per tile."""
+    return _ceil_div(rows, tile) * SF_ATOM_ROWS * sf_columns(k, sf_vec)
+
+
+def unswizzle(scales: Any, rows: int, k: int, sf_vec: int = 32) -> Any:
+    """The ``(rows, ceil(k / sf_vec))`` row-major matrix held by standard swizzled scales.
+
+    Element ``(r, c)`` sits at ``((r // 128 * atoms_k + c // 4) * 32 + r % 32) * 16
+    + (r // 32 % 4) * 4 + c % 4``.
+    """
+    atoms_mn = _ceil_div(rows, SF_ATOM_ROWS)
+    atoms_k = sf_columns(k, sf_vec) // SF_ATOM_COLS
+    flat = scales.reshape(-1)[: standard_scale_elements(rows, k, sf_vec)]
+    grid = flat.view(atoms_mn, atoms_k, 32, 4, SF_ATOM_COLS).permute(0, 3, 2, 1, 4)
+    matrix = grid.reshape(atoms_mn * SF_ATOM_ROWS, atoms_k * SF_ATOM_COLS)
+    return matrix[:rows, : _ceil_div(k, sf_vec)]
+
+
+def repack_per_cta(scales: Any, rows: int, k: int, tile: int, sf_vec: int = 32) -> Any:
+    """Standard swizzled activation scales repacked into the kernel's per-CTA layout (1-D,
+    :func:`per_cta_scale_elements` long) with FlashInfer's ``reorder_scale_factors_per_cta``."""
+    from fi_patches.internals import flashinfer as fi
+
+    reorder_scale_factors_per_cta = fi.reorder_scale_factors_per_cta()
+    raw = scales.view(_byte_dtype()) if scales.element_size() == 1 else scales
+    matrix = unswizzle(raw, rows, k, sf_vec).unsqueeze(-1)
+    packed = reorder_scale_factors_per_cta(matrix, tile, k, sf_vec)
+    packed = packed.reshape(-1).contiguous()
+    return packed.view(scales.dtype) if packed.dtype != scales.dtype else packed
+
+
+def _byte_dtype() -> Any:
+    import torch
+
+    return torch.uint8
+
 
 FP8_TORCH = "float8_e4m3fn"
 SCALE_TORCH = ("uint8", "float8_e8m0fnu")
@@ -101,7 +163,7 @@ def launch_wide(
 ) -> Any:
     """Run ``out = a @ weight.T`` (block-scaled) with ``kernel`` on the current stream; returns
     ``out``. ``a_scale_per_cta`` says ``a_scale`` is in the per-CTA layout (see
-    :mod:`fi_patches.wide.scales`); otherwise it must be standard and rows <= tile."""
+    :mod:`fi_patches.wide.launch`); otherwise it must be standard and rows <= tile."""
     import cuda.bindings.driver as cuda_driver
     import cutlass
     import cutlass.cute as cute
@@ -132,3 +194,56 @@ def launch_wide(
             stream,
         )
     return out
+
+
+def wide_mm(
+    a: Any,
+    a_scale: Any,
+    weight: Any,
+    weight_scale: Any,
+    *,
+    tactic: Sequence[int] | None = None,
+    tile: int | None = None,
+    out: Any = None,
+    repack_scales: bool = False,
+    pdl: bool = True,
+    rounding: int = TILE_ROUNDING,
+    max_rows: int = WIDE_MAX_ROWS,
+) -> Any:
+    """``a @ weight`` in BF16 for ``a`` (rows, K) E4M3 with 1-D swizzled 128x4 E8M0 scales and
+    ``weight`` the column-major (K, N) view ``w.t()`` of a row-major (N, K) E4M3 tensor with
+    its 1-D swizzled scales, as ``mm_mxfp8`` takes them.
+
+    The tile is ``rows`` rounded up to ``rounding`` unless given; the tactic is ``tactic``, else
+    a ``[[wide]]`` pin, else the first valid one. Standard activation scales need rows <= tile;
+    with a smaller explicit tile pass ``repack_scales=True`` to repack them per CTA (an extra
+    copy per call).
+    """
+    import torch
+
+    if a.dim() != 2 or weight.dim() != 2:
+        raise ValueError("a is (rows, K) and weight is the (K, N) view w.t()")
+    rows, k = a.shape
+    k_w, n = weight.shape
+    if k_w != k:
+        raise ValueError(f"a has K {k} but weight has K {k_w}")
+    native_weight = weight.t()
+    if not native_weight.is_contiguous():
+        raise ValueError("weight must be the column-major view w.t() of a row-major (N, K) tensor")
+    if tile is None:
+        tile = pick_tile(rows, rounding=rounding, max_rows=max_rows)
+    chosen_tile = tile
+    per_cta = rows > chosen_tile
+    if per_cta and not repack_scales:
+        raise ValueError(
+            f"{rows} rows exceed tile {chosen_tile}: standard 128x4 activation scales only match "
+            "the kernel's per-CTA layout within one tile; use a tile >= rows or "
+            "repack_scales=True"
+        )
+    arch = resolve_arch(None)
+    chosen = choose_tactic(n, k, chosen_tile, rows, tactic, arch=arch, sfb_per_cta_packed=per_cta)
+    kernel = compile_wide(chosen_tile, chosen, arch=arch, pdl=pdl)
+    if out is None:
+        out = torch.empty((rows, n), dtype=torch.bfloat16, device=a.device)
+    scales = repack_per_cta(a_scale, rows, k, chosen_tile) if per_cta else a_scale
+    return launch_wide(kernel, native_weight, weight_scale, a, scales, out, a_scale_per_cta=per_cta)

@@ -1,6 +1,6 @@
 """Check, from a kernel's PTX, the Programmatic Dependent Launch ordering the wide tile keeps:
 weight (A/SFA) TMA loads never wait on the previous grid, activation (B/SFB) loads always do,
-and the dependents' launch is triggered after the weight loads are issued (wide_tile.md §4).
+and the dependents' launch is triggered after the weight loads are issued.
 
 Order is judged by control flow within one thread (what can execute after what), not by
 position in the file.
@@ -9,39 +9,19 @@ position in the file.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
+from fi_patches.internals import flashinfer as fi
 from fi_patches.wide.ptx import Instruction, PtxEntry
 
 TMA_LOAD = "cp.async.bulk.tensor"
 WAIT = "griddepcontrol.wait"
 TRIGGER = "griddepcontrol.launch_dependents"
 
-KERNEL_TMA_ARGUMENTS = {
-    "a": "tma_atom_a",
-    "sfa": "tma_atom_sfa",
-    "b": "tma_atom_b",
-    "sfb": "tma_atom_sfb",
-}
-"""The kernel method's TMA-atom parameters, per operand."""
-
-FALLBACK_TMA_PARAMS = {"a": 2, "b": 4, "sfa": 6, "sfb": 8}
-"""Their PTX parameter indices in FlashInfer 0.7.x, used when the signature cannot be read."""
-
 
 def tma_param_indices() -> dict[str, int]:
     """PTX parameter index of each operand's TMA descriptor, from the kernel method's signature
-    (every argument before them lowers to one parameter)."""
-    try:
-        import inspect
-
-        from fi_patches.wide.kernel import base_kernel_class
-
-        base: Any = base_kernel_class()
-        names = list(inspect.signature(base.kernel).parameters)[1:]
-        return {role: names.index(arg) for role, arg in KERNEL_TMA_ARGUMENTS.items()}
-    except Exception:
-        return dict(FALLBACK_TMA_PARAMS)
+    (every argument before them lowers to one parameter; the probe of that method guards it)."""
+    return fi.kernel_tma_param_indices()
 
 
 def descriptor_param(entry: PtxEntry, load: Instruction) -> int | None:

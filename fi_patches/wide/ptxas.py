@@ -14,7 +14,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-PTXAS_ENV = "FI_PATCHES_PTXAS"
+from fi_patches import _env
+
+PTXAS_ENV = _env.PTXAS.name
 PACKAGE_RELATIVE = ("cu13", "bin", "ptxas")
 
 _FUNCTION = re.compile(r"Function properties for (\S+)")
@@ -46,7 +48,7 @@ class PtxasReport:
 def find_ptxas() -> Path | None:
     """``$FI_PATCHES_PTXAS``, else the ptxas of an installed ``nvidia-cuda-nvcc`` wheel, else
     None (the system ptxas is not used: it is usually too old for the DSL's PTX)."""
-    override = os.environ.get(PTXAS_ENV)
+    override = _env.get(_env.PTXAS)
     if override:
         return Path(override) if Path(override).is_file() else None
     try:

@@ -1,18 +1,54 @@
-"""Registers, stack, spills and shared memory of a compiled wide kernel, from the DSL's own
-cubin, ptxas ``-v`` on its PTX (when ptxas 13.5+ is installed) and the launch configuration in
-its host code, so a precompile step can report and budget every kernel it builds."""
+"""A compiled wide kernel's resources: registers, spills and stack from ptxas (or the cubin), and
+the dynamic shared memory its launch requests, read from the lowered host IR."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from fi_patches._logging import get_logger
-from fi_patches.wide.compiled import WideKernel
+from fi_patches.wide.budget import smem_bytes
+from fi_patches.wide.compile import WideKernel
 from fi_patches.wide.cubin import read_cubin
-from fi_patches.wide.hostir import launch_dynamic_smem
 from fi_patches.wide.ptxas import PtxasError, PtxasReport, find_ptxas, run_ptxas
-from fi_patches.wide.smem import smem_bytes
-from fi_patches.wide.tactic import Tactic
+from fi_patches.wide.tactics import Tactic
+
+_LAUNCH_CONFIG = "!llvm.struct<(array<3 x i32>, array<3 x i32>, i64, ptr, ptr, i32)>"
+"""LLVM type of ``cudaLaunchConfig_t``: grid, block, dynamicSmemBytes, stream, attrs, count."""
+
+_DYNAMIC_SMEM_FIELD = 2
+_FUNC = re.compile(r"^\s*llvm\.func\b", re.MULTILINE)
+
+
+def _functions(ir: str) -> list[str]:
+    starts = [m.start() for m in _FUNC.finditer(ir)]
+    return [ir[a:b] for a, b in zip(starts, [*starts[1:], len(ir)], strict=True)]
+
+
+def launch_dynamic_smem(ir: str) -> list[int]:
+    """Dynamic shared-memory bytes of every kernel launch in lowered host IR ``ir`` (``str`` of
+    a compiled function's ``ir_module``), in order; a launch whose value is not a constant is
+    left out."""
+    found: list[int] = []
+    for body in _functions(ir):
+        for config in re.findall(
+            rf"(%\d+) = llvm\.alloca %\d+ x {re.escape(_LAUNCH_CONFIG)}", body
+        ):
+            field_ptrs = re.findall(
+                rf"(%\d+) = llvm\.getelementptr {re.escape(config)}\[0, {_DYNAMIC_SMEM_FIELD}\]",
+                body,
+            )
+            for field_ptr in field_ptrs:
+                stored = re.search(rf"llvm\.store (%\d+), {re.escape(field_ptr)} : i64,", body)
+                if stored is None:
+                    continue
+                constant = re.search(
+                    rf"{re.escape(stored.group(1))} = llvm\.mlir\.constant\((\d+) : i64\)", body
+                )
+                if constant is not None:
+                    found.append(int(constant.group(1)))
+    return found
+
 
 logger = get_logger(__name__)
 
@@ -35,7 +71,7 @@ class KernelResources:
     launch_dynamic_smem_bytes: int | None
     """What the launch requests (from the host code): the number checked against capacity."""
     formula_smem_bytes: int
-    """:func:`fi_patches.wide.smem.smem_bytes` for the same configuration."""
+    """:func:`fi_patches.wide.budget.smem_bytes` for the same configuration."""
     cubin_sm: int | None
     cubin_registers: int | None
     cubin_frame_size: int | None

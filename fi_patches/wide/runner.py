@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from fi_patches._logging import get_logger, log_once
-from fi_patches.wide.tile import TILE_ROUNDING, WIDE_MAX_ROWS, pick_tile
+from fi_patches.wide.tactics import TILE_ROUNDING, WIDE_MAX_ROWS, pick_tile
 
 logger = get_logger(__name__)
 
@@ -34,16 +34,15 @@ def _problem(inputs: list[Any]) -> tuple[int, int, int]:
 def runner_class() -> type:
     """The runner class (built on first use: it derives from FlashInfer's ``TunableRunner``)."""
     import torch
-    from flashinfer.autotuner import TunableRunner
 
+    from fi_patches.internals import flashinfer as fi
     from fi_patches.pinning import stack
-    from fi_patches.wide.choose import choose_tactic
+    from fi_patches.wide.budget import invalid_reason
     from fi_patches.wide.compile import compile_wide
     from fi_patches.wide.launch import launch_wide
-    from fi_patches.wide.tactics import wide_tactics
-    from fi_patches.wide.validity import invalid_reason
+    from fi_patches.wide.tactics import choose_tactic, wide_tactics
 
-    class WideLowLatencyGemmRunner(TunableRunner):  # type: ignore[misc]
+    class WideLowLatencyGemmRunner(fi.tunable_runner()):  # type: ignore[misc]
         """Wide low-latency MXFP8 GEMM tactics for ``mm_mxfp8``'s 7 inputs."""
 
         def __init__(
@@ -140,25 +139,3 @@ def wide_runner(
 ) -> Any:
     """The wide runner for these options (one instance each, like FlashInfer's cached runners)."""
     return runner_class()(pdl, max_rows, rounding)
-
-
-def tuned_wide_mm(a: Any, a_scale: Any, weight: Any, weight_scale: Any, *, out: Any = None) -> Any:
-    """``wide_mm`` with the tactic FlashInfer's tuner chose (tuned inside ``flashinfer.autotune()``,
-    from its cache afterwards); inputs as ``mm_mxfp8`` takes them."""
-    import importlib
-
-    import torch
-    from flashinfer.autotuner import AutoTuner
-
-    gemm_base = importlib.import_module("flashinfer.gemm.gemm_base")
-    rows, n = a.shape[0], weight.shape[1]
-    if out is None:
-        out = torch.empty(rows, n, dtype=torch.bfloat16, device=a.device)
-    from fi_patches.cute_dsl.runner import workspace
-
-    inputs = [a, weight, a_scale, weight_scale, torch.bfloat16, out, workspace(a.device)]
-    runner = wide_runner()
-    chosen, tactic = AutoTuner.get().choose_one(
-        CUSTOM_OP, [runner], gemm_base._MM_MXFP8_CUTE_DSL_TUNING_CONFIG, inputs
-    )
-    return chosen(inputs, tactic=tactic)

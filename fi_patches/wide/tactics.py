@@ -1,14 +1,76 @@
-"""Every valid tactic of a wide tile for a weight shape, in the order FlashInfer's own
-enumerator uses for the stock tile: its default first, then the nearest to it."""
+"""Which tile and tactic serve a wide problem: the tile for a row count, the tactic tuple, every
+valid tactic for a problem (the tuner's candidates), and the choice of one (a pin, else the
+first valid)."""
 
 from __future__ import annotations
 
 import functools
+import logging
+from collections.abc import Sequence
+from typing import NamedTuple
 
+from fi_patches._logging import get_logger, log_once
+from fi_patches.wide.budget import (
+    MAX_AB_STAGES,
+    MAX_TILE,
+    MIN_TILE,
+    SUPPORTED_SPLIT_K,
+    TILE_STEP,
+    invalid_reason,
+)
 from fi_patches.wide.dtypes import MXFP8, GemmDtypes
-from fi_patches.wide.limits import MAX_AB_STAGES, SUPPORTED_SPLIT_K
-from fi_patches.wide.tactic import Tactic
-from fi_patches.wide.validity import invalid_reason
+
+
+class Tactic(NamedTuple):
+    """``(cta_k, ab_stages, sfb_tmem_stages, split_k)``, as FlashInfer's ``autotune_tactics``
+    lists them; equal to the plain tuple."""
+
+    cta_k: int
+    ab_stages: int
+    sfb_tmem_stages: int
+    split_k: int
+
+    def __str__(self) -> str:
+        return f"({self.cta_k}, {self.ab_stages}, {self.sfb_tmem_stages}, {self.split_k})"
+
+
+def as_tactic(value: Sequence[int]) -> Tactic:
+    """``value`` as a :class:`Tactic`; ValueError unless it is four integers."""
+    items = tuple(value)
+    if len(items) != 4 or not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
+        raise ValueError(
+            f"a tactic is four integers (cta_k, ab_stages, sfb_tmem_stages, split_k), got {value!r}"
+        )
+    return Tactic(*items)
+
+
+WIDE_MIN_ROWS = 9
+"""Fewest rows the wide tile is meant for: up to 8, FlashInfer's stock tile serves."""
+
+WIDE_MAX_ROWS = 48
+"""Most rows the wide tile serves by default (tiles 16, 32, 48)."""
+
+TILE_ROUNDING = 16
+"""Rows are rounded up to a multiple of this to pick the tile (16 -> tiles 16, 32, 48)."""
+
+
+def pick_tile(rows: int, *, rounding: int = TILE_ROUNDING, max_rows: int = WIDE_MAX_ROWS) -> int:
+    """The tile for ``rows`` activation rows: ``rows`` rounded up to ``rounding``; ValueError
+    when ``rows`` is above ``max_rows`` or the tile would be unsupported."""
+    if rows < 1:
+        raise ValueError(f"rows must be positive, got {rows}")
+    if rounding < TILE_STEP or rounding % TILE_STEP:
+        raise ValueError(f"rounding must be a multiple of {TILE_STEP}, got {rounding}")
+    if rows > max_rows:
+        raise ValueError(
+            f"{rows} rows exceed the wide tile's range (at most {max_rows}); "
+            "use flashinfer.mm_mxfp8 for larger batches"
+        )
+    tile = max(MIN_TILE, -(-rows // rounding) * rounding)
+    if tile > MAX_TILE:
+        raise ValueError(f"{rows} rows need a {tile}-row tile; the kernel supports {MAX_TILE}")
+    return tile
+
 
 DEFAULT_STAGES = 8
 """AB stages of FlashInfer's default tactic ``(4 * mma_k, 8, 1, 1)``."""
@@ -69,3 +131,61 @@ def _wide_tactics(
     ]
     default = default_tactic(dtypes)
     return tuple(sorted(found, key=lambda t: _rank(t, default)))
+
+
+logger = get_logger(__name__)
+
+
+def pinned_tactic(n: int, k: int, tile: int) -> Tactic | None:
+    """The tactic a ``[[wide]]`` entry gives ``(n, k, tile)``: of the tables active here, else
+    of the default table (``FI_PATCHES_PINS`` or ``register_pins``)."""
+    from fi_patches.pinning.resolve import wide_pin
+
+    entry = wide_pin(n, k, tile)
+    return None if entry is None else as_tactic(entry.tactic)
+
+
+def choose_tactic(
+    n: int,
+    k: int,
+    tile: int,
+    rows: int,
+    tactic: Sequence[int] | None = None,
+    *,
+    dtypes: GemmDtypes = MXFP8,
+    arch: str | None = None,
+    sfb_per_cta_packed: bool = False,
+) -> Tactic:
+    """The tactic to run; ValueError naming the limit when an explicit one is invalid. An
+    invalid pin is logged once and skipped."""
+    problem = (n, rows, k, 1)
+    if tactic is not None:
+        chosen = as_tactic(tactic)
+        reason = invalid_reason(
+            problem, tile, chosen, dtypes, arch=arch, sfb_per_cta_packed=sfb_per_cta_packed
+        )
+        if reason is not None:
+            raise ValueError(f"tactic {chosen} cannot run N={n} K={k} at tile {tile}: {reason}")
+        return chosen
+    pin = pinned_tactic(n, k, tile)
+    if pin is not None:
+        reason = invalid_reason(
+            problem, tile, pin, dtypes, arch=arch, sfb_per_cta_packed=sfb_per_cta_packed
+        )
+        if reason is None:
+            return pin
+        log_once(
+            logger,
+            logging.WARNING,
+            f"bad-wide-pin:{n}:{k}:{tile}:{pin}",
+            "ignoring [[wide]] pin %s for n=%d k=%d tile=%d: %s",
+            pin,
+            n,
+            k,
+            tile,
+            reason,
+        )
+    tactics = wide_tactics(n, k, tile, dtypes=dtypes, arch=arch)
+    if not tactics:
+        raise ValueError(f"no valid wide tactic for N={n} K={k} at tile {tile}")
+    return tactics[0]

@@ -9,13 +9,14 @@ subclasses, and new ones through a temporary ``__init_subclass__`` on that base.
 
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
 from collections.abc import Callable
 from typing import Any
 
 from fi_patches._logging import get_logger, log_once
-from fi_patches.patching.attribute import Replacement
+from fi_patches.patching.patch import Replacement
 
 logger = get_logger(__name__)
 
@@ -76,7 +77,7 @@ class _SubclassWatch:
                 except Exception:
                     log_once(
                         logger,
-                        40,
+                        logging.ERROR,
                         f"subclass:{cls.__qualname__}",
                         "fi_patches could not patch new class %s; it runs unpatched",
                         cls.__qualname__,
@@ -125,12 +126,6 @@ class RunnerMethodPatch:
     def matches(self, cls: type) -> bool:
         return cls.__name__ == self.class_name and cls.__module__ == self.module
 
-    @property
-    def patched_classes(self) -> list[type]:
-        """The live classes this patch has wrapped."""
-        with _lock:
-            return [cls for ref, _, _ in self._patched if (cls := ref()) is not None]
-
     def _patch_class(self, cls: type) -> None:
         if not self.matches(cls):
             return
@@ -139,7 +134,7 @@ class RunnerMethodPatch:
             if original is None:
                 log_once(
                     logger,
-                    30,
+                    logging.WARNING,
                     f"nomethod:{cls.__qualname__}.{self.method}",
                     "%s defines no %s; left unpatched",
                     cls.__qualname__,

@@ -1,0 +1,82 @@
+"""Every fi_patches feature, declared once each, in the order ``doctor`` lists them.
+
+Validation, ``pins record``, the tuner-cache wrapper, ``pinned_tactics()`` and the installed
+wrappers iterate over these declarations; adding a runner or a section is a change here (and its
+internals in :mod:`fi_patches.internals`)."""
+
+from __future__ import annotations
+
+from fi_patches.compat.feature import Feature
+from fi_patches.internals import flashinfer as fi
+from fi_patches.pinning.targets import CUTE_DSL, CUTE_DSL_WARP, LOW_LATENCY
+
+PINNED_TACTICS = Feature(
+    name=fi.PINNED_TACTICS,
+    summary=(
+        "FlashInfer's low-latency MXFP8 tuner is offered only the pinned tactic per shape and rows"
+    ),
+    requires=fi.FLASHINFER,
+    devices=("sm_100", "sm_103", "sm_107"),
+    self_check="fi_patches.self_checks:pinned_tactics",
+    sections=("low_latency",),
+    runners=(LOW_LATENCY,),
+    checker="fi_patches.pinning.validate:check_low_latency",
+)
+
+PINNED_CUTE_DSL = Feature(
+    name=fi.PINNED_CUTE_DSL,
+    summary="mm_mxfp8's cute-dsl runner runs (and tunes) a pinned tactic per shape and row range",
+    requires=fi.FLASHINFER,
+    # sm_107 runs another cute-dsl kernel with another tactic form from 0.7.2 on.
+    devices=("sm_100", "sm_103"),
+    self_check="fi_patches.self_checks:pinned_cute_dsl",
+    sections=("cute_dsl",),
+    runners=(CUTE_DSL, CUTE_DSL_WARP),
+    checker="fi_patches.pinning.validate:check_cute_dsl",
+)
+
+WIDE_TILE = Feature(
+    name=fi.WIDE_TILE,
+    summary="the low-latency MXFP8 GEMM with 16-128-row activation tiles, compiled by fi_patches",
+    requires=fi.FLASHINFER,
+    devices=("sm_100", "sm_103"),
+    self_check="fi_patches.self_checks:wide_tile",
+    sections=("wide",),
+    checker="fi_patches.pinning.validate:check_wide",
+    recorded=(("fi_patches_wide_mxfp8_gemm", "WideLowLatencyGemmRunner", "wide"),),
+)
+
+PRESEED = Feature(
+    name=fi.PRESEED,
+    summary=(
+        "pinned_tactics(mode='preseed') writes each pin into FlashInfer's tuner cache, so tuning "
+        "a pinned problem profiles nothing"
+    ),
+    requires=fi.FLASHINFER,
+    devices=("sm_100", "sm_103", "sm_107"),
+    self_check="fi_patches.self_checks:preseed",
+)
+
+FEATURES: tuple[Feature, ...] = (PINNED_TACTICS, PINNED_CUTE_DSL, WIDE_TILE, PRESEED)
+
+
+def feature(name: str) -> Feature:
+    """The feature called ``name``; ``KeyError`` names the known ones otherwise."""
+    for declared in FEATURES:
+        if declared.name == name:
+            return declared
+    known = ", ".join(f.name for f in FEATURES)
+    raise KeyError(f"no fi_patches feature {name!r} (known: {known})")
+
+
+def feature_of_section(section: str) -> Feature:
+    """The feature that applies pin-table ``section``."""
+    for declared in FEATURES:
+        if section in declared.sections:
+            return declared
+    raise KeyError(f"no fi_patches feature applies [[{section}]] pins")
+
+
+def pinned_sections() -> tuple[str, ...]:
+    """Every section a ``pinned_tactics()`` block applies, in feature order."""
+    return tuple(s for f in FEATURES for s in f.sections)

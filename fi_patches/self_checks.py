@@ -1,0 +1,153 @@
+"""Each feature's behavioural self-check, run once per process after its probes pass: the
+patched FlashInfer must behave as the feature needs on the target device, else the feature is
+off with the reason (see :mod:`fi_patches.features`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fi_patches.compat.device import Device
+from fi_patches.internals import flashinfer as fi
+from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
+
+_SMALL = (512, 1024)
+"""``(n, k)`` of the problems the tuner self-checks pin."""
+
+
+def _as_toml(tactic: Any) -> Any:
+    if isinstance(tactic, tuple):
+        return [_as_toml(part) for part in tactic]
+    return tactic
+
+
+def offers_exactly_the_pin(
+    runner: Any, inputs: list[Any], section: str, n: int, k: int, rows: int, feature: str
+) -> str | None:
+    """With the wrappers of ``feature`` installed, ``runner`` offers its stock list, then only
+    a pinned tactic of it, then its stock list again; else the reason it does not."""
+    from fi_patches.pinning import stack
+    from fi_patches.pinning.installation import installation
+    from fi_patches.pins.table import PinTable
+
+    held = installation(feature)
+    held.acquire()
+    try:
+        with stack.isolated():
+            stock = [
+                tuple(t) if isinstance(t, list) else t
+                for t in runner.get_valid_tactics(inputs, None)
+            ]
+        if not stock:
+            return (
+                f"FlashInfer's runner offers no tactics for an MXFP8 {n}x{k} problem at {rows} rows"
+            )
+        pin = stock[-1]
+        entry = {"n": n, "k": k, "min_rows": 1, "max_rows": rows, "tactic": _as_toml(pin)}
+        table = PinTable.from_mapping(
+            {"meta": {"device": "*", "flashinfer": ""}, section: [entry]}, source="<self-check>"
+        )
+        with stack.isolated(table):
+            pinned = list(runner.get_valid_tactics(inputs, None))
+        if pinned != [pin]:
+            return (
+                f"with {pin} pinned the real runner offered {len(pinned)} tactics, so the patch "
+                "does not reach it"
+            )
+        with stack.isolated():
+            again = list(runner.get_valid_tactics(inputs, None))
+        if again != stock:
+            return "the runner's stock tactics changed after a pinned call"
+    finally:
+        held.release()
+    return None
+
+
+def pinned_tactics(device: Device) -> str | None:
+    """The low-latency runner of ``device`` takes the pin."""
+    n, k = _SMALL
+    rows = 8
+    runner = fi.low_latency_runner(device.sm_version or 0, True)
+    return offers_exactly_the_pin(
+        runner, mxfp8_runner_inputs(n, k, rows), "low_latency", n, k, rows, fi.PINNED_TACTICS
+    )
+
+
+def pinned_cute_dsl(device: Device) -> str | None:
+    """The cute-dsl runner of ``device`` takes the pin (its tactic list reads the CUDA device's
+    SM count, so this needs the device)."""
+    import torch
+
+    from fi_patches.cute_dsl.runner import cute_dsl_runner
+
+    sm = device.sm_version or 0
+    runner = cute_dsl_runner(sm // 10, sm % 10, torch.bfloat16)
+    n, k = _SMALL
+    rows = 64
+    try:
+        return offers_exactly_the_pin(
+            runner, mxfp8_runner_inputs(n, k, rows), "cute_dsl", n, k, rows, fi.PINNED_CUTE_DSL
+        )
+    except Exception as exc:
+        if not torch.cuda.is_available():
+            return (
+                "FlashInfer's cute-dsl runner reads the CUDA device's SM count to list its "
+                f"tactics, so it cannot be checked without the device ({type(exc).__name__})"
+            )
+        raise
+
+
+WIDE_CHECK_TILE = 16
+
+
+def wide_tile(device: Device) -> str | None:
+    """FlashInfer's kernel class, subclassed, compiles a 16-row tile for the device, and its PTX
+    issues the MMA with N = 16 and keeps the PDL ordering."""
+    from fi_patches.wide.compile import compile_wide
+    from fi_patches.wide.idesc import descriptors
+    from fi_patches.wide.pdl import pdl_order
+    from fi_patches.wide.ptx import parse_entry
+    from fi_patches.wide.tactics import wide_tactics
+
+    arch = f"{device.arch}a"
+    tactics = wide_tactics(7168, 1536, WIDE_CHECK_TILE, arch=arch)
+    if not tactics:
+        return f"no valid wide tactic for a 7168x1536 weight at tile {WIDE_CHECK_TILE}"
+    kernel = compile_wide(WIDE_CHECK_TILE, tactics[0], arch=arch)
+    if kernel.ptx is None:
+        return "the DSL kept no PTX for the compiled kernel"
+    entry = parse_entry(kernel.ptx)
+    widths = {d.n for choices in descriptors(entry) for d in choices}
+    if widths != {WIDE_CHECK_TILE}:
+        return (
+            f"the compiled MMA runs N = {sorted(widths)}, not the requested tile {WIDE_CHECK_TILE}"
+        )
+    order = pdl_order(entry)
+    if not order.ok:
+        return f"the compiled kernel lost its PDL ordering ({order})"
+    return None
+
+
+def preseed(device: Device) -> str | None:
+    """A pin seeded for a low-latency problem is what FlashInfer's own cache lookup returns,
+    and unseeding restores the tuner's stores exactly."""
+    from fi_patches.pinning.preseed import seeded_entries
+
+    n, k = _SMALL
+    rows = 8
+    runner = fi.low_latency_runner(device.sm_version or 0, True)
+    inputs = mxfp8_runner_inputs(n, k, rows, workspace_bytes=fi.workspace_size())
+    tactics = [tuple(t) for t in runner.get_valid_tactics(inputs, None)]
+    if not tactics:
+        return f"FlashInfer's low-latency runner offers no tactics for {n}x{k} at {rows} rows"
+    pin = tactics[-1]
+    tuner = fi.tuner()
+    sizes = fi.input_sizes(tuner, inputs)
+    before = dict(fi.winner_cache(tuner)), dict(fi.policy_store(tuner))
+    with seeded_entries([(runner, inputs, pin)]):
+        hit = tuner.search_cache(fi.MXFP8_OP, [runner], sizes, fi.tuning_config(), inputs)
+    after = dict(fi.winner_cache(tuner)), dict(fi.policy_store(tuner))
+    if not (hit[0] and tuple(hit[2]) == pin):
+        return f"FlashInfer's cache lookup returned {hit[:3]} for a seeded {pin}"
+    if after != before:
+        return "unseeding did not restore the tuner's cache exactly"
+    return None
