@@ -20,7 +20,6 @@ import os
 import time
 import traceback
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 N, K = 7168, 1536
@@ -126,6 +125,30 @@ def offered(rows: int = PINNED_ROWS) -> dict[str, Any]:
     return _attempt(tactics)
 
 
+def _tuner() -> Any:
+    """FlashInfer's tuner singleton, taken before anything is broken (None where the release
+    has none at the usual place)."""
+    try:
+        return importlib.import_module("flashinfer.autotuner").AutoTuner.get()
+    except Exception:
+        return None
+
+
+TUNER_STORES = ("profiling_cache", "_profiling_cache_policies")
+"""The tuner's cached winners and their measurement policies (what preseeding writes)."""
+
+
+def tuner_cache(tuner: Any) -> dict[str, dict[str, int]]:
+    """Every entry of the tuner's stores, as ``repr(key)`` -> identity of the value, read from
+    the instance's own namespace (a store that is gone or no mapping is left out)."""
+    found: dict[str, dict[str, int]] = {}
+    for name in TUNER_STORES:
+        store = vars(tuner).get(name) if tuner is not None else None
+        if isinstance(store, dict):
+            found[name] = {repr(k): id(v) for k, v in list(store.items())}
+    return found
+
+
 def _declared_namespaces() -> tuple[tuple[str, ...], tuple[Any, ...]]:
     """The declared modules, and the classes (and instance) declared internals live on."""
     from fi_patches.internals import OneOf, declared
@@ -180,8 +203,9 @@ def run(key: str | None, mutation: str | None, table: str) -> dict[str, Any]:
     from tests import simulation
 
     simulation.install(pytest.MonkeyPatch())
-    obs: dict[str, Any] = {"case": key and f"{key}-{mutation}", "checks": {}}
+    obs: dict[str, Any] = {"case": key and f"{key}-{mutation}"}
     obs["version"] = importlib.import_module("flashinfer").__version__
+    tuner = _tuner()
     if key is not None:
         from tests.drift import mutate
         from tests.drift.cases import by_key
@@ -199,12 +223,12 @@ def run(key: str | None, mutation: str | None, table: str) -> dict[str, Any]:
             obs["not_applicable"] = str(exc)
             return obs
         obs["mutation_problem"] = mutate.took_effect(internal, mutation or "", before)
-    obs.update(_checks(table))
+    obs.update(_checks(table, tuner))
     obs["seconds"] = round(time.monotonic() - started, 2)
     return obs
 
 
-def _checks(table: str) -> dict[str, Any]:
+def _checks(table: str, tuner: Any) -> dict[str, Any]:
     from tests.drift.snapshot import Snapshot, foreign_attributes
 
     modules, objects = _declared_namespaces()
@@ -232,6 +256,19 @@ def _checks(table: str) -> dict[str, Any]:
     obs["calls"]["pinned_tactics"] = _attempt(block)
     settle("pinned_tactics")
     obs["offered"]["after_block"] = offered()
+
+    logged.phase = "preseed"
+    cache: dict[str, Any] = {"before": tuner_cache(tuner)}
+
+    def seeded() -> Any:
+        with fi_patches.pinned_tactics(table, mode="preseed") as active:
+            cache["inside"] = tuner_cache(tuner)
+            return active is not None
+
+    obs["calls"]["preseed"] = _attempt(seeded)
+    cache["after"] = tuner_cache(tuner)
+    obs["tuner_cache"] = cache
+    settle("preseed")
 
     logged.phase = "mm"
     obs["mm"] = {str(rows): _mm(rows, table) for rows in MM_ROWS}
@@ -271,40 +308,3 @@ def _doctor() -> dict[str, Any]:
     except ValueError as exc:
         result["json_error"] = f"{exc}; stdout began {text[:300]!r}"
     return result
-
-
-def make_table(path: Path) -> dict[str, Any]:
-    """Write a pin table valid on the unbroken FlashInfer (simulated sm_103) to ``path``: a
-    low-latency pin for 5..8 rows, a wide pin for tile 32 and a cute-dsl pin for 65..128 rows,
-    each a tactic FlashInfer (or the wide enumerator) lists, but not its default."""
-    os.environ.update(ENV)
-    import pytest
-    import torch
-
-    from tests import simulation
-    from tests.mxfp8_inputs import Mxfp8Problem
-
-    simulation.install(pytest.MonkeyPatch())
-    low_latency = [t for t in offered()["value"][1:] if t[3] == 1]
-    gemm_base = importlib.import_module("flashinfer.gemm.gemm_base")
-    cute_runner = gemm_base._cute_dsl_gemm_mxfp8_runner(10, 3, True, torch.bfloat16)
-    cute = [
-        t
-        for t in as_json(
-            cute_runner.get_valid_tactics(Mxfp8Problem(N, K, 128).runner_inputs(), None)
-        )[2:]
-        if t[4] == 1
-    ]
-    from fi_patches.wide.tactics import wide_tactics
-
-    wide = as_json(wide_tactics(N, K, 32)[1])
-    table = {
-        "meta": {"device": "sm_103", "flashinfer": ">=0.7.0", "note": "drift suite"},
-        "low_latency": [
-            {"n": N, "k": K, "min_rows": 5, "max_rows": PINNED_ROWS, "tactic": low_latency[0]}
-        ],
-        "wide": [{"n": N, "k": K, "tile": 32, "tactic": wide}],
-        "cute_dsl": [{"n": N, "k": K, "min_rows": 65, "max_rows": 128, "tactic": cute[1]}],
-    }
-    path.write_text(json.dumps(table, indent=2), encoding="utf-8")
-    return table

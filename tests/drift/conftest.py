@@ -16,13 +16,13 @@ import pytest
 
 from tests.drift import pool
 from tests.drift.cases import BASELINE, Case, all_cases, coverage
-from tests.drift.verdict import problems
+from tests.drift.verdict import collateral, problems
 
 REPORT_ENV = "DRIFT_REPORT"
 """A file to write the coverage line to (CI logs and the compat matrix can pick it up)."""
 
 
-@dataclass
+@dataclass(repr=False)
 class Drift:
     """The session's drift run: observations, and each case's problems once judged."""
 
@@ -30,6 +30,10 @@ class Drift:
     skipped: str = ""
     cases: list[Case] = field(default_factory=list)
     verdicts: dict[str, list[str]] = field(default_factory=dict)
+    collateral: dict[str, list[str]] = field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"<drift run of {len(self.cases)} cases>"
 
     def observation(self, name: str) -> dict[str, Any]:
         assert self.results is not None
@@ -37,8 +41,11 @@ class Drift:
 
     def judge(self, case: Case) -> list[str]:
         """``case``'s problems (recorded for the coverage line)."""
-        found = problems(case, self.observation(case.id), self.observation(BASELINE))
+        observation, baseline = self.observation(case.id), self.observation(BASELINE)
+        found = problems(case, observation, baseline)
         self.verdicts[case.id] = found
+        if not found:
+            self.collateral[case.id] = collateral(case, observation, baseline)
         return found
 
     def coverage_line(self) -> str:
@@ -117,10 +124,22 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             f"drift: {run.results.seconds:.0f} s on {run.results.workers} zygotes "
             f"(FlashInfer {run.results.version}); observations in {run.results.directory}"
         )
+        through = [c for c, notes in run.collateral.items() if notes]
+        if through:
+            terminalreporter.write_line(
+                f"drift: {len(through)} cases also disabled a feature through FlashInfer's own "
+                f"use of the broken internal ({', '.join(through[:4])}"
+                f"{', ...' if len(through) > 4 else ''}; see results.json)"
+            )
     directory = _directory(config)
     (directory / "coverage.txt").write_text(line + "\n", encoding="utf-8")
     if run.results is not None:
-        summary = {"line": line, "verdicts": run.verdicts, "seconds": run.results.seconds}
+        summary = {
+            "line": line,
+            "seconds": run.results.seconds,
+            "verdicts": run.verdicts,
+            "collateral": run.collateral,
+        }
         (directory / "results.json").write_text(json.dumps(summary, indent=1), encoding="utf-8")
     if os.environ.get(REPORT_ENV):
         Path(os.environ[REPORT_ENV]).write_text(line + "\n", encoding="utf-8")

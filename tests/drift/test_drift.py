@@ -23,6 +23,9 @@ def test_the_baseline_is_clean_and_pins_take_effect(drift) -> None:
         assert base["offered"]["inside"] == {"value": [pin["tactic"]]}
         assert base["offered"]["auto"] == {"value": [pin["tactic"]]}
         assert len(base["offered"]["outside"]["value"]) > 1
+    if records["preseed"]["enabled"]:
+        cache = base["tuner_cache"]
+        assert cache["inside"] != cache["before"] == cache["after"]
 
 
 @pytest.mark.parametrize("case", all_cases(), ids=lambda c: c.id)

@@ -1,14 +1,28 @@
 """The verdict on one drift case: what its observation (``child.py``) shows that fi_patches did
 wrong, compared with the baseline run (nothing broken). An empty list is a clean case.
 
-A case is clean when ``doctor --json`` exits 0 with JSON; every feature that declares the broken
-internal is disabled with a reason naming it (unless the mutation only makes an optional
-internal absent, which is allowed); every other feature keeps its baseline state;
-``pinned_tactics()``, ``import fi_patches.auto``, ``disable()`` and ``mxfp8.explain`` raise
-nothing; ``mxfp8.mm`` raises only what FlashInfer, torch or the CuTe DSL raise (or exactly what
-it raised at the baseline, such as the wide route's refusal of CPU tensors); FlashInfer's
-low-latency runner offers the stock list while its feature is off (the pin while it is on); and
-no FlashInfer attribute differs once each block has exited.
+A case is clean when:
+
+* ``doctor --json`` exits 0 and prints JSON;
+* every feature that declares the broken internal is disabled, and its reason or one of its
+  failed probes (``doctor --json`` lists each) names the internal's path; an optional internal
+  (or one needed only from a later release) that is merely absent changes nothing;
+* every other feature keeps its baseline state. The one exception is FlashInfer's own use of
+  what was broken: a mutation in place cannot update FlashInfer's callers as a real release
+  would, so a feature may be disabled by the probe of an internal it does declare when that
+  probe's failure names the broken internal (``cannot import name 'autotune_tactics'``). Such
+  cases are reported as collateral, never a self-check failure;
+* ``pinned_tactics()`` (narrowing and preseeding), ``import fi_patches.auto``, ``disable()`` and
+  ``mxfp8.explain`` raise nothing, and fi_patches logs no error;
+* ``mxfp8.mm`` raises only from FlashInfer, torch or the CuTe DSL (the launch fails on CPU),
+  exactly what it raised at the baseline (the wide route's refusal of CPU tensors), or the
+  boundary's ``InternalError`` naming the broken internal when that is the FlashInfer function
+  its stock route calls; ``explain`` routes to a feature only while that feature is on;
+* FlashInfer's low-latency runner offers its stock list inside a block and under
+  ``fi_patches.auto`` while ``pinned_tactics`` is off (the pin while it is on), and its stock
+  list after; a preseed block seeds the tuner's cache only while ``preseed`` is on and leaves
+  the cache as it found it;
+* no FlashInfer attribute differs (by identity) after doctor, each block and ``disable()``.
 """
 
 from __future__ import annotations
@@ -17,11 +31,15 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from fi_patches.internals import declared
+from fi_patches.internals import Declared, OneOf, declared
 from tests.drift.cases import Case, must_disable, paths
 from tests.drift.child import ROUTE_FEATURES
 
-CALLS = ("pinned_tactics", "auto", "auto_explain", "disable")
+SEEDED_BY = ("pinned_tactics", "pinned_cute_dsl")
+"""The features whose pin sections a preseed block writes into the tuner's cache (with one of
+them on, a preseed block that is on seeds something)."""
+
+CALLS = ("pinned_tactics", "preseed", "auto", "auto_explain", "disable")
 """The calls that must never raise, whatever is broken."""
 
 
@@ -75,6 +93,33 @@ def _doctor(obs: dict[str, Any]) -> list[str]:
     return found
 
 
+def _failed_probes(record: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in record.get("probes") or () if not p["ok"]]
+
+
+def _marks(internal: Declared) -> tuple[str, ...]:
+    """How FlashInfer's own errors name ``internal``: its path, or its name as Python quotes
+    it (``has no attribute 'x'``, ``cannot import name 'x'``, ``name 'x' is not defined``)."""
+    options = internal.options if isinstance(internal, OneOf) else (internal,)
+    return tuple(m for o in options for m in (o.path, f"'{o.name}'"))
+
+
+def _collateral(name: str, record: dict[str, Any], internal: Declared) -> str | None:
+    """The probe that disabled feature ``name`` although it does not declare ``internal``,
+    where that probe is of an internal the feature declares and its failure names
+    ``internal``: FlashInfer's own code uses what was broken (a mutation in place cannot
+    update FlashInfer's callers the way a real release would). None when there is no such
+    evidence."""
+    if record["enabled"] or record["reason"].startswith("self-check"):
+        return None
+    own = {i.path for i in declared() if name in i.features}
+    marks = _marks(internal)
+    for probe in _failed_probes(record):
+        if probe["probe"] in own and any(m in (probe["reason"] or "") for m in marks):
+            return f"{name} is off through {probe['probe']}: {probe['reason']}"
+    return None
+
+
 def _features(case: Case | None, obs: dict[str, Any], base: dict[str, Any]) -> list[str]:
     records, baseline = _records(obs), _records(base)
     found = []
@@ -87,25 +132,40 @@ def _features(case: Case | None, obs: dict[str, Any], base: dict[str, Any]) -> l
     for name, record in records.items():
         before = baseline.get(name)
         if name in disable:
-            reasons = [record["reason"]]
-            if before is not None and any(not p["ok"] for p in before.get("probes", ())):
-                # already off for another internal: this one shows among the failed probes
-                reasons += [p["reason"] or "" for p in record.get("probes", ()) if not p["ok"]]
+            # the reason names the first failing probe; doctor --json lists every one
+            texts = [record["reason"]] + [p["reason"] or "" for p in _failed_probes(record)]
             if record["enabled"]:
                 found.append(f"{name} stayed enabled: {record['reason']}")
-            elif not any(path in text for path in names for text in reasons):
+            elif not any(path in text for path in names for text in texts):
                 found.append(
-                    f"{name} is disabled, but its reason does not name {' or '.join(names)}: "
-                    f"{record['reason']}"
+                    f"{name} is disabled, but neither its reason nor a failed probe names "
+                    f"{' or '.join(names)}: {record['reason']}"
                 )
         elif before is None:
             found.append(f"doctor reports {name}, which the baseline did not")
         elif record["enabled"] != before["enabled"]:
+            if case is not None and _collateral(name, record, case.internal):
+                continue
             state = "enabled" if record["enabled"] else "disabled"
             found.append(
                 f"{name} is {state} though it does not declare the broken internal "
                 f"(baseline: {before['reason']}): {record['reason']}"
             )
+    return found
+
+
+def collateral(case: Case, obs: dict[str, Any], base: dict[str, Any]) -> list[str]:
+    """The features that do not declare the broken internal but were disabled through
+    FlashInfer's own use of it (allowed; reported in the summary)."""
+    baseline = _records(base)
+    found = []
+    for name, record in _records(obs).items():
+        before = baseline.get(name)
+        if name in case.internal.features or before is None or not before["enabled"]:
+            continue
+        note = _collateral(name, record, case.internal)
+        if note:
+            found.append(note)
     return found
 
 
@@ -133,8 +193,50 @@ def _offered(obs: dict[str, Any], base: dict[str, Any]) -> list[str]:
     return found
 
 
-def _mm(obs: dict[str, Any], base: dict[str, Any]) -> list[str]:
+def _tuner_cache(obs: dict[str, Any], base: dict[str, Any]) -> list[str]:
+    cache = obs.get("tuner_cache")
+    if not cache:
+        return []
+    found = []
+    before, inside, after = cache["before"], cache.get("inside"), cache["after"]
+    if after != before:
+        found.append(
+            f"the preseed block left the tuner's cache changed: {_cache_diff(before, after)}"
+        )
+    enabled = _records(obs).get("preseed", {}).get("enabled", False)
+    if inside is not None and not enabled and inside != before:
+        found.append(
+            f"preseed is off, yet its block changed the tuner's cache: {_cache_diff(before, inside)}"
+        )
+    seeded = base.get("tuner_cache", {}).get("inside") != base.get("tuner_cache", {}).get("before")
+    sections_on = any(_records(obs).get(f, {}).get("enabled") for f in SEEDED_BY)
+    if inside is not None and enabled and sections_on and seeded and inside == before:
+        found.append("preseed is on, yet its block seeded nothing (the baseline's did)")
+    return found
+
+
+def _cache_diff(before: dict[str, dict[str, int]], after: dict[str, dict[str, int]]) -> str:
+    changes = []
+    for store in sorted(before.keys() | after.keys()):
+        old, new = before.get(store, {}), after.get(store, {})
+        added = [k for k in new if k not in old]
+        gone = [k for k in old if k not in new]
+        replaced = [k for k in new if k in old and new[k] != old[k]]
+        for what, keys in (("added", added), ("removed", gone), ("replaced", replaced)):
+            if keys:
+                changes.append(f"{store}: {len(keys)} {what} (e.g. {keys[0][:160]})")
+    return "; ".join(changes) or "no entry differs"
+
+
+def _names_missing(error: dict[str, Any], names: tuple[str, ...]) -> bool:
+    """Whether ``error`` is the boundary's :class:`InternalError` naming the broken internal:
+    what ``mm`` raises when the FlashInfer function its stock route calls is itself gone."""
+    return error["type"].endswith(".InternalError") and any(n in error["message"] for n in names)
+
+
+def _mm(case: Case | None, obs: dict[str, Any], base: dict[str, Any]) -> list[str]:
     records = _records(obs)
+    names = paths(case.internal) if case else ()
     found = []
     for rows, result in obs.get("mm", {}).items():
         baseline = base["mm"][rows]
@@ -148,7 +250,12 @@ def _mm(obs: dict[str, Any], base: dict[str, Any]) -> list[str]:
         if route["value"] != expected:
             found.append(f"mxfp8.explain({rows} rows) chose {route['value']}, not {expected}")
         error = result["mm"].get("error")
-        if error and error["from_fi_patches"] and not _same(result["mm"], baseline["mm"]):
+        if (
+            error
+            and error["from_fi_patches"]
+            and not _same(result["mm"], baseline["mm"])
+            and not _names_missing(error, names)
+        ):
             found.append(
                 f"mxfp8.mm({rows} rows) raised from fi_patches: {_short(result['mm'])}\n"
                 f"{error['traceback']}"
@@ -182,5 +289,6 @@ def problems(case: Case | None, obs: dict[str, Any], base: dict[str, Any]) -> li
     found += _features(case, obs, base)
     found += _calls(obs)
     found += _offered(obs, base)
-    found += _mm(obs, base)
+    found += _tuner_cache(obs, base)
+    found += _mm(case, obs, base)
     return found

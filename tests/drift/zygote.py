@@ -35,11 +35,11 @@ def _child(job: dict[str, Any]) -> None:
         os.dup2(log, 2)
         sys.stdout = os.fdopen(1, "w", buffering=1)
         sys.stderr = os.fdopen(2, "w", buffering=1)
-        from tests.drift import child
+        from tests.drift import child, pins
 
         try:
             if job["job"] == "table":
-                result: Any = child.make_table(Path(job["table"]))
+                result: Any = pins.make_table(Path(job["table"]))
             else:
                 result = child.run(job.get("key"), job.get("mutation"), job["table"])
         except BaseException:
