@@ -237,8 +237,14 @@ def _checks(table: str, tuner: Any) -> dict[str, Any]:
     obs: dict[str, Any] = {"offered": {"outside": offered()}, "changes": {}, "calls": {}}
     snapshot = Snapshot.take(modules, objects)
 
+    clock = [time.monotonic()]
+    obs["phase_seconds"] = {}
+
     def settle(phase: str) -> None:
         obs["changes"][phase] = snapshot.changes() + foreign_attributes(modules, objects)
+        now = time.monotonic()
+        obs["phase_seconds"][phase] = round(now - clock[0], 2)
+        clock[0] = now
 
     logged.phase = "doctor"
     obs["doctor"] = _doctor()

@@ -109,7 +109,12 @@ class Zygote:
                 self.process.wait()
 
 
-def _job(directory: Path, name: str, table: Path, timeout: float, **fields: Any) -> dict[str, Any]:
+def make_job(
+    directory: Path, name: str, table: Path, timeout: float, **fields: Any
+) -> dict[str, Any]:
+    """A job line for a zygote (its files in ``directory``, named ``name``)."""
+    for stale in (directory / f"{name}.json", directory / f"{name}.log"):
+        stale.unlink(missing_ok=True)
     return {
         "id": name,
         "out": str(directory / f"{name}.json"),
@@ -120,7 +125,8 @@ def _job(directory: Path, name: str, table: Path, timeout: float, **fields: Any)
     }
 
 
-def _outcome(job: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]:
+def read_outcome(job: dict[str, Any], reply: dict[str, Any]) -> dict[str, Any]:
+    """The observation the job's child wrote, or ``harness_error`` with its log's tail."""
     out = Path(job["out"])
     if reply["status"] == "ok" and out.exists():
         observation: dict[str, Any] = json.loads(out.read_text(encoding="utf-8"))
@@ -145,16 +151,16 @@ def run(cases: list[Case], directory: Path, workers: int | None = None) -> Resul
         if "import_error" in replies[0]:
             raise Unavailable(f"import flashinfer fails here ({replies[0]['import_error']})")
         table_path = directory / "pins.json"
-        table_job = _job(directory, "table", table_path, timeout, job="table")
-        table = _outcome(table_job, zygotes[0].run(table_job))
+        table_job = make_job(directory, "table", table_path, timeout, job="table")
+        table = read_outcome(table_job, zygotes[0].run(table_job))
         if "harness_error" in table:
             raise RuntimeError(f"the drift pin table could not be made: {table['harness_error']}")
         results = Results(replies[0]["version"], table, workers=len(zygotes), directory=directory)
         todo: queue.Queue[dict[str, Any]] = queue.Queue()
-        todo.put(_job(directory, BASELINE, table_path, timeout, job="case"))
+        todo.put(make_job(directory, BASELINE, table_path, timeout, job="case"))
         for case in cases:
             fields = {"job": "case", "key": case.key, "mutation": case.mutation}
-            todo.put(_job(directory, case.id, table_path, timeout, **fields))
+            todo.put(make_job(directory, case.id, table_path, timeout, **fields))
         lock = threading.Lock()
 
         def work(zygote: Zygote) -> None:
@@ -164,7 +170,7 @@ def run(cases: list[Case], directory: Path, workers: int | None = None) -> Resul
                 except queue.Empty:
                     return
                 try:
-                    outcome = _outcome(job, zygote.run(job))
+                    outcome = read_outcome(job, zygote.run(job))
                 except Exception as exc:
                     outcome = {"harness_error": f"{exc}", "log": job["log"]}
                 with lock:

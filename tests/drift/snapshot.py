@@ -47,7 +47,9 @@ def _namespaces(modules: tuple[str, ...], classes: tuple[Any, ...]) -> dict[str,
     for cls in bases:
         found[f"class {cls.__module__}.{cls.__qualname__}#{id(cls):x}"] = cls
     for obj in classes:
-        if not isinstance(obj, (type, types.ModuleType)):
+        if isinstance(obj, types.ModuleType):
+            found[f"module {obj.__name__}"] = obj
+        elif not isinstance(obj, type):
             found[f"instance {type(obj).__qualname__}#{id(obj):x}"] = obj
     return found
 
@@ -60,8 +62,8 @@ class Snapshot:
 
     @classmethod
     def take(cls, modules: tuple[str, ...], objects: tuple[Any, ...]) -> Snapshot:
-        """Snapshot FlashInfer's imported modules, ``modules``, and ``objects`` (classes, with
-        their FlashInfer subclasses, or instances)."""
+        """Snapshot FlashInfer's imported modules, ``modules`` (names), and ``objects``
+        (modules, classes with their FlashInfer subclasses, or instances)."""
         spaces = _namespaces(modules, objects)
         return cls({label: (ns, dict(vars(ns))) for label, ns in spaces.items()})
 

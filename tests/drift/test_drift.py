@@ -4,9 +4,13 @@ installed FlashInfer (one forked process per case, see ``conftest.py`` and ``chi
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import pytest
 
 from fi_patches.internals import declared, mutations
+from tests.drift import pool
 from tests.drift.cases import BASELINE, Case, all_cases, coverage
 from tests.drift.child import PINNED_ROWS
 from tests.drift.verdict import problems
@@ -47,3 +51,20 @@ def test_every_declared_internal_has_cases() -> None:
         assert "removed" in fits, internal.key
         assert [c.mutation for c in cases if c.key == internal.key] == list(fits)
     assert coverage() == (len(declared()), len(cases))
+
+
+def test_a_case_past_its_timeout_is_killed_and_recorded(tmp_path: Path) -> None:
+    zygote = pool.Zygote(tmp_path, 0)
+    try:
+        ready = zygote.ready()
+        if "import_error" in ready:
+            pytest.skip(f"import flashinfer fails here ({ready['import_error']})")
+        job = pool.make_job(tmp_path, "slow", tmp_path / "pins.json", 0.02, job="case")
+        started = time.monotonic()
+        reply = zygote.run(job)
+        assert reply["status"] == "timeout" and "killed after" in reply["detail"]
+        assert "harness_error" in pool.read_outcome(job, reply)
+        assert time.monotonic() - started < 30
+        assert zygote.process.poll() is None  # the zygote serves the next case
+    finally:
+        zygote.close()
