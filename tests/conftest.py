@@ -9,10 +9,29 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from fi_patches._logging import forget_logged
 from fi_patches.compat import refresh, status_of
 from fi_patches.pins.default import register_pins
+
+# Hypothesis profiles: "ci" (the default) runs 2,000 examples per property from a fixed seed;
+# "deep" (pytest --hypothesis-profile=deep) runs 20,000 from a random one. Neither has a
+# per-example deadline: the hostile-input tests assert their own wall bound.
+_SLOW_IS_FINE = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
+settings.register_profile(
+    "ci",
+    max_examples=2000,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=_SLOW_IS_FINE,
+    print_blob=True,
+)
+settings.register_profile(
+    "deep", max_examples=20_000, deadline=None, suppress_health_check=_SLOW_IS_FINE, print_blob=True
+)
+settings.load_profile("ci")
 
 
 @pytest.fixture(autouse=True)

@@ -84,7 +84,7 @@ def run_check(args: argparse.Namespace) -> int:
     try:
         table = PinTable.from_file(args.table)
     except PinTableError as exc:
-        print(exc)
+        print(f"pins check: invalid pin table: {exc.one_line()}")
         return 1
     meta_problem, results = check_entries(table)
     print(

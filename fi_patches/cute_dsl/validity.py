@@ -12,12 +12,15 @@ from fi_patches.internals import flashinfer as fi
 
 
 def why_not_runnable(runner: Any, inputs: list[Any], tactic: Any) -> str | None:
-    """None when ``runner`` runs ``tactic`` unchanged on ``inputs``, else the reason."""
+    """None when ``runner`` runs ``tactic`` unchanged on ``inputs``, else the reason. The
+    tactic is looked up in the runner's stock list, whatever pins are active here."""
     import cutlass
 
+    from fi_patches.pinning import stack
     from fi_patches.pinning.targets import nested_tuple
 
-    offered = [nested_tuple(t) for t in runner.get_valid_tactics(inputs, None)]
+    with stack.isolated():  # the stock list, not one narrowed by a block open here
+        offered = [nested_tuple(t) for t in runner.get_valid_tactics(inputs, None)]
     if tactic not in offered:
         return f"the runner does not offer it here (it offers {len(offered)} tactics)"
     a, b, out = inputs[0], inputs[1], inputs[5]

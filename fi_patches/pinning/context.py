@@ -130,11 +130,11 @@ def pinned_tactics(
         from fi_patches.pinning.preseed import preseeded
 
         with preseeded(active, sections, current_device().sm_version or 0):
-            token = stack.push(active)  # pinned_mm and the wide runner read it
+            block = stack.push(active)  # pinned_mm and the wide runner read it
             try:
                 yield active
             finally:
-                stack.pop(token)
+                stack.pop(block)
         return
 
     features = {feature_of_section(s).name for s in sections}
@@ -142,8 +142,8 @@ def pinned_tactics(
         for feature in sorted(features & set(INSTALLATIONS)):
             INSTALLATIONS[feature].acquire()
             held.callback(INSTALLATIONS[feature].release)
-        token = stack.push(active)
+        block = stack.push(active)
         try:
             yield active
         finally:
-            stack.pop(token)
+            stack.pop(block)

@@ -5,12 +5,19 @@ entering and leaving never patches or unpatches anything per thread.
 Each scope keeps a merged index, ``section -> (n, k) -> entries in priority order`` (and the
 same keyed ``(k, n)``, the orientation of ``mm_mxfp8``'s column-major weight, so the hot path
 looks a tensor's ``shape`` up as it is), costing one context-variable read and two dict lookups.
+
+Leaving a block removes exactly that block's table, by identity, whatever order blocks are
+left in (generators closed out of order, tasks abandoned and finalized elsewhere): :func:`pop`
+takes the block out of every scope that holds it, in this context and in any task or copied
+context that inherited it while it was open. It never restores an earlier state
+(``ContextVar.reset`` would bring back blocks left since).
 """
 
 from __future__ import annotations
 
 import contextvars
 import threading
+import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -44,13 +51,39 @@ def _merge(tables: tuple[PinTable, ...]) -> Index:
     }
 
 
-class _Scope:
-    __slots__ = ("_merged", "_merged_version", "include_process", "index", "tables")
+class Block:
+    """One open ``pinned_tactics()`` block (what :func:`push` returns and :func:`pop` takes)."""
 
-    def __init__(self, tables: tuple[PinTable, ...], include_process: bool = True) -> None:
-        self.tables = tables  # innermost first
+    __slots__ = ("is_open", "scopes", "table")
+
+    def __init__(self, table: PinTable) -> None:
+        self.table = table
+        self.is_open = True
+        self.scopes: weakref.WeakSet[_Scope] = weakref.WeakSet()
+
+
+class _Scope:
+    """The blocks active in a context, innermost first, with their merged index. Immutable
+    except that :func:`pop` takes a left block out of every scope holding it."""
+
+    __slots__ = (
+        "__weakref__",
+        "_merged",
+        "_merged_version",
+        "blocks",
+        "include_process",
+        "index",
+        "tables",
+    )
+
+    def __init__(self, blocks: tuple[Block, ...], include_process: bool = True) -> None:
         self.include_process = include_process
-        self.index: Index | None = _merge(tables) if tables else None
+        self._use(blocks)
+
+    def _use(self, blocks: tuple[Block, ...]) -> None:
+        self.blocks = blocks
+        self.tables: tuple[PinTable, ...] = tuple(b.table for b in blocks)  # innermost first
+        self.index: Index | None = _merge(self.tables) if blocks else None
         self._merged: Index | None = None
         self._merged_version = -1
 
@@ -58,9 +91,10 @@ class _Scope:
         """The index over this scope's tables and then the process-wide ones."""
         if not self.include_process or not _process_tables:
             return self.index
-        if self._merged_version != _process_version:
+        version = _process_version  # read once: a pop may bump it while this merges
+        if self._merged_version != version:
             self._merged = _merge(self.tables + _process_tables)
-            self._merged_version = _process_version
+            self._merged_version = version
         return self._merged
 
 
@@ -69,6 +103,8 @@ _scope: contextvars.ContextVar[_Scope] = contextvars.ContextVar("fi_patches_pins
 _process_lock = threading.Lock()
 _process_tables: tuple[PinTable, ...] = ()
 _process_version = 0
+"""Bumped whenever the tables of a scope already in use change: process tables added or
+removed, or a block left (callers cache on it, with the scope, through ``resolve.state_key``)."""
 
 
 def current_index() -> Index | None:
@@ -120,20 +156,37 @@ def lookup_wide(tables: tuple[PinTable, ...], n: int, k: int, tile: int) -> Any:
     return None
 
 
-def push(table: PinTable) -> contextvars.Token[_Scope]:
-    """Make ``table`` the innermost table of this context; give the token to :func:`pop`."""
-    scope = _scope.get()
-    return _scope.set(_Scope((table, *scope.tables), scope.include_process))
+def push(table: PinTable) -> Block:
+    """Make ``table`` the innermost table of this context; give the block to :func:`pop`."""
+    block = Block(table)
+    with _process_lock:
+        scope = _scope.get()
+        inner = _Scope((block, *scope.blocks), scope.include_process)
+        for held in inner.blocks:
+            held.scopes.add(inner)
+    _scope.set(inner)
+    return block
 
 
-def pop(token: contextvars.Token[_Scope]) -> None:
-    _scope.reset(token)
+def pop(block: Block) -> None:
+    """Leave ``block``: its table stops being active everywhere, whatever blocks were entered
+    or left since and whichever context this runs in. Leaving a block twice does nothing."""
+    global _process_version
+    with _process_lock:
+        if not block.is_open:
+            return
+        block.is_open = False
+        for scope in list(block.scopes):
+            scope._use(tuple(b for b in scope.blocks if b is not block))
+        block.scopes.clear()
+        _process_version += 1
 
 
 @contextmanager
 def isolated(*tables: PinTable) -> Iterator[None]:
-    """Only ``tables`` are active inside (no outer context, no process tables): for self-checks."""
-    token = _scope.set(_Scope(tuple(tables), include_process=False))
+    """Only ``tables`` are active inside (no outer context, no process tables): for self-checks
+    and for validating against FlashInfer's stock lists. Synchronous use only."""
+    token = _scope.set(_Scope(tuple(Block(t) for t in tables), include_process=False))
     try:
         yield
     finally:

@@ -1,14 +1,21 @@
 """Check a pin table against the installed FlashInfer: every tactic must be one FlashInfer's
 own enumerator offers for its problem, and every row range must be made of whole tuner buckets
-(FlashInfer caches one winner per bucket, so a range splitting one could not be honoured)."""
+(FlashInfer caches one winner per bucket, so a range splitting one could not be honoured).
+
+Checks always see FlashInfer's stock lists (they run in an isolated pin scope, so a block open
+around them does not narrow what the runner offers), and an error FlashInfer raises while
+checking an entry is a problem of that entry, never an escaping exception."""
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from fi_patches.internals import flashinfer as fi
+from fi_patches.pinning import stack
 from fi_patches.pins.errors import PinProblem, PinTableError
 from fi_patches.pins.schema import LOW_LATENCY_MAX_ROWS, RowRangePin
 from fi_patches.pins.table import PinTable
@@ -71,7 +78,11 @@ def check_low_latency(table: PinTable) -> list[PinProblem]:
     )
     for entry in entries:
         for rows in range(entry.min_rows, entry.max_rows + 1):
-            offered = fi.autotune_tactics(entry.n, entry.k, rows)
+            try:
+                offered = fi.autotune_tactics(entry.n, entry.k, rows)
+            except Exception as exc:
+                problems.append(_raised(table, "low_latency", entry, "low-latency enumerator", exc))
+                break
             if entry.tactic not in offered:
                 sample = ", ".join(str(t) for t in offered[:3]) or "none"
                 problems.append(
@@ -108,8 +119,8 @@ def check_cute_dsl(table: PinTable) -> list[PinProblem]:
     runner = cute_dsl_runner(sm // 10, sm % 10, torch.bfloat16)
     for entry in entries:
         for rows in dict.fromkeys((entry.min_rows, entry.max_rows)):
-            inputs = mxfp8_runner_inputs(entry.n, entry.k, rows)
             try:
+                inputs = mxfp8_runner_inputs(entry.n, entry.k, rows)
                 reason = why_not_runnable(runner, inputs, entry.tactic)
             except Exception as exc:
                 error = f"{type(exc).__name__}: {exc}"
@@ -136,7 +147,11 @@ def check_wide(table: PinTable) -> list[PinProblem]:
     arch = f"{current_device().arch or 'sm_100'}a"
     problems = []
     for entry in table.entries("wide"):
-        reason = wide_pin_reason(entry.n, entry.k, entry.tile, entry.tactic, arch=arch)
+        try:
+            reason = wide_pin_reason(entry.n, entry.k, entry.tile, entry.tactic, arch=arch)
+        except Exception as exc:
+            problems.append(_raised(table, "wide", entry, "wide-tile check", exc))
+            continue
         if reason is not None:
             problems.append(
                 PinProblem(
@@ -150,13 +165,39 @@ def check_wide(table: PinTable) -> list[PinProblem]:
     return problems
 
 
+def _raised(table: PinTable, section: str, entry: Any, what: str, exc: Exception) -> PinProblem:
+    from fi_patches.pins.files import describe
+
+    return PinProblem(
+        table.source,
+        f"[[{section}]] #{entry.index}",
+        "tactic",
+        entry.to_mapping()["tactic"],
+        f"could not be checked: FlashInfer's {what} raised {describe(exc)}",
+    )
+
+
+def _against_stock(section: str, checker: Checker) -> Checker:
+    """``checker`` run in an isolated pin scope (FlashInfer's stock lists, whatever blocks are
+    open here); anything it raises becomes a problem of each entry it was checking."""
+
+    @functools.wraps(checker)
+    def check(table: PinTable) -> list[PinProblem]:
+        try:
+            with stack.isolated():
+                return checker(table)
+        except Exception as exc:
+            return [_raised(table, section, e, "check", exc) for e in table.entries(section)]
+
+    return check
+
+
 def checker_of(section: str) -> Checker:
-    """The check of ``section``'s entries, as its feature declares it."""
+    """The check of ``section``'s entries, as its feature declares it, against stock lists."""
     from fi_patches.compat.feature import load
     from fi_patches.features import feature_of_section
 
-    checker: Checker = load(feature_of_section(section).checker)
-    return checker
+    return _against_stock(section, load(feature_of_section(section).checker))
 
 
 def checked_sections() -> tuple[str, ...]:

@@ -37,20 +37,22 @@ def check_entries(table: PinTable) -> tuple[str | None, list[EntryCheck]]:
     from fi_patches.compat.device import current_device
     from fi_patches.compat.evaluate import status_of
     from fi_patches.compat.installed import installed_flashinfer
+    from fi_patches.features import feature_of_section
     from fi_patches.pinning.validate import checked_sections, checker_of
 
     meta_problem = table.skip_reason(current_device().arch, installed_flashinfer().version)
     results: list[EntryCheck] = []
-    for name, section in SECTIONS.items():
+    for name in SECTIONS:
         entries = table.entries(name)
         if not entries:
             continue
-        record = status_of(section.feature)
+        owner = feature_of_section(name).name
+        record = status_of(owner)
         checker = checker_of(name) if name in checked_sections() else None
         problems: dict[int, str] = {}
         unchecked = None
         if not record.enabled:
-            unchecked = f"{section.feature} is disabled here: {record.reason}"
+            unchecked = f"{owner} is disabled here: {record.reason}"
         elif checker is None:
             unchecked = "no check exists for this section"
         else:

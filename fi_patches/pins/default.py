@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 from fi_patches import _env
 from fi_patches.compat.evaluate import on_refresh
 from fi_patches.pins.errors import PinTableError
-from fi_patches.pins.schema import SECTIONS
 from fi_patches.pins.table import PinTable
 
 if TYPE_CHECKING:
@@ -80,7 +79,9 @@ def default_pins() -> PinTable:
 
 def describe_default_pins(feature: str, record: FeatureStatus) -> str:
     """One sentence on what the default table holds for ``feature`` and whether it applies."""
-    sections = [name for name, section in SECTIONS.items() if section.feature == feature]
+    from fi_patches.features import feature as declared
+
+    sections = list(declared(feature).sections)
     if not sections:
         return ""
     try:

@@ -1,18 +1,70 @@
 """Typed reading of one table or entry, collecting a :class:`PinProblem` per bad field so a
-table reports everything wrong with it at once."""
+table reports everything wrong with it at once.
+
+An explicit null (JSON ``null``) is a wrong value, never "absent": only a field left out takes
+its default. An unknown field is reported once, with the closest known name when there is one;
+when that name is a required field left out, its "is required" problem is folded into the
+unknown field's ("``max_row = 8``: is not a known field; did you mean max_rows?")."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from typing import Any
+import difflib
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeVar
 
-from fi_patches.pins.errors import PinProblem
+from fi_patches.pins.errors import PinProblem, safe_repr
 
-_MISSING: Any = object()
+T = TypeVar("T")
+
+
+class _Required:
+    """The default of a field that must be given (never a value: readers return None)."""
+
+    def __repr__(self) -> str:
+        return "required"
+
+
+REQUIRED: Any = _Required()
+
+_SUGGESTED_UNKNOWNS = 16
+"""Unknown fields of one entry that get a did-you-mean (each costs a fuzzy match)."""
+_SUGGESTIBLE_LENGTH = 64
+
+
+class OversizeInteger:
+    """An integer literal too long to convert (the JSON loader's stand-in), so the schema can
+    name its entry and field: it is outside every bound."""
+
+    __slots__ = ("digits", "negative")
+
+    def __init__(self, digits: int, negative: bool) -> None:
+        self.digits = digits
+        self.negative = negative
+
+    def __repr__(self) -> str:
+        return f"<{'-' if self.negative else ''}integer of {self.digits} digits>"
+
+
+def kind(value: object) -> str:
+    """What ``value`` is, for "must be X, not <kind>" (``null`` for None)."""
+    if value is None:
+        return "null"
+    if isinstance(value, OversizeInteger):
+        return "int"
+    return type(value).__name__
+
+
+def bounds_text(lo: int | None, hi: int | None) -> str:
+    if lo is not None and hi is not None:
+        return f"between {lo} and {hi}"
+    return f"at least {lo}" if lo is not None else f"at most {hi}"
 
 
 class FieldReader:
-    """Reads fields of ``mapping`` (the entry at ``where`` in ``source``) into Python values."""
+    """Reads fields of ``mapping`` (the entry at ``where`` in ``source``) into Python values.
+
+    Each reader returns the value, the default of a field left out, or None after recording
+    a problem."""
 
     def __init__(
         self, source: str, where: str, mapping: object, problems: list[PinProblem]
@@ -20,75 +72,130 @@ class FieldReader:
         self.source = source
         self.where = where
         self.problems = problems
+        self.field: str | None = None
+        """The field being read (for the loader's report of an unexpected error)."""
+        self._missing: dict[str, PinProblem] = {}
+        self.readable = isinstance(mapping, Mapping)
         if isinstance(mapping, Mapping):
-            self.mapping: Mapping[str, Any] = mapping
+            self.mapping: Mapping[Any, Any] = mapping
+            for name in getattr(mapping, "keyed_twice", ()):
+                self.problem(name, mapping[name], "is given twice; give each field once")
         else:
             self.mapping = {}
             self.problems.append(
-                PinProblem(
-                    source, where, None, None, f"must be a table, not {type(mapping).__name__}"
-                )
+                PinProblem(source, where, None, None, f"must be a table, not {kind(mapping)}")
             )
 
     def problem(self, field: str | None, value: object, message: str) -> None:
         self.problems.append(PinProblem(self.source, self.where, field, value, message))
 
-    def _get(self, name: str, default: Any) -> Any:
+    def _get(self, name: str, default: Any) -> tuple[bool, Any]:
+        """``(True, value)`` for a value given in the file; ``(False, result)`` for a field
+        left out: its default, or None with an "is required" problem."""
+        self.field = name
         if name in self.mapping:
-            return self.mapping[name]
-        if default is _MISSING:
-            self.problem(name, None, "is required")
-        return default
+            return True, self.mapping[name]
+        if default is REQUIRED:
+            if self.readable:
+                missing = PinProblem(self.source, self.where, name, None, "is required")
+                self._missing[name] = missing
+                self.problems.append(missing)
+            return False, None
+        return False, default
 
     def integer(
-        self, name: str, lo: int | None = None, hi: int | None = None, default: Any = _MISSING
+        self, name: str, lo: int | None = None, hi: int | None = None, default: Any = REQUIRED
     ) -> int | None:
-        value = self._get(name, default)
-        if value is None or (value is default and default is not _MISSING):
-            return value
+        given, value = self._get(name, default)
+        if not given:
+            return value  # type: ignore[no-any-return]
+        if isinstance(value, OversizeInteger):
+            bound = lo if value.negative else hi
+            expected = f"must be {bounds_text(lo, hi)}" if bound is not None else "is too long"
+            self.problem(name, value, expected)
+            return None
         if isinstance(value, bool) or not isinstance(value, int):
-            self.problem(name, value, f"must be an integer, not {type(value).__name__}")
+            self.problem(name, value, f"must be an integer, not {kind(value)}")
             return None
         if (lo is not None and value < lo) or (hi is not None and value > hi):
-            bounds = (
-                f"between {lo} and {hi}"
-                if lo is not None and hi is not None
-                else (f"at least {lo}" if lo is not None else f"at most {hi}")
-            )
-            self.problem(name, value, f"must be {bounds}")
+            self.problem(name, value, f"must be {bounds_text(lo, hi)}")
             return None
         return value
 
-    def string(self, name: str, default: Any = _MISSING) -> str | None:
-        value = self._get(name, default)
-        if value is None or (value is default and default is not _MISSING):
-            return value
+    def string(
+        self, name: str, default: Any = REQUIRED, max_length: int | None = None
+    ) -> str | None:
+        given, value = self._get(name, default)
+        if not given:
+            return value  # type: ignore[no-any-return]
         if not isinstance(value, str):
-            self.problem(name, value, f"must be a string, not {type(value).__name__}")
+            self.problem(name, value, f"must be a string, not {kind(value)}")
+            return None
+        if max_length is not None and len(value) > max_length:
+            self.problem(name, value, f"must be at most {max_length} characters long")
             return None
         return value
 
-    def int_tuple(self, name: str, length: int) -> tuple[int, ...] | None:
-        value = self._get(name, _MISSING)
-        if value is None:
+    def int_tuple(self, name: str, parts: Sequence[tuple[str, int, int]]) -> tuple[int, ...] | None:
+        """A list of integers, one per ``(part name, lo, hi)`` of ``parts``."""
+        given, value = self._get(name, REQUIRED)
+        if not given:
             return None
-        if not isinstance(value, (list, tuple)) or len(value) != length:
+        length = len(parts)
+        if not isinstance(value, (list, tuple)):
+            self.problem(name, value, f"must be a list of {length} integers, not {kind(value)}")
+            return None
+        if len(value) != length or any(
+            isinstance(v, bool) or not isinstance(v, (int, OversizeInteger)) for v in value
+        ):
             self.problem(name, value, f"must be a list of {length} integers")
             return None
-        if any(isinstance(v, bool) or not isinstance(v, int) for v in value):
-            self.problem(name, value, f"must be a list of {length} integers")
-            return None
+        for item, (part, lo, hi) in zip(value, parts, strict=True):
+            if isinstance(item, OversizeInteger) or not lo <= item <= hi:
+                self.problem(name, value, f"{part} must be {bounds_text(lo, hi)}")
+                return None
         return tuple(value)
 
-    def raw(self, name: str) -> Any:
-        return self._get(name, _MISSING)
+    def parsed(self, name: str, parse: Callable[[object], T | None], expected: str) -> T | None:
+        """A required value read by ``parse`` (None when malformed); ``expected`` says what
+        it must be."""
+        given, value = self._get(name, REQUIRED)
+        if not given:
+            return None
+        result = parse(value) if value is not None else None
+        if result is None:
+            self.problem(name, value, f"must be {expected}")
+        return result
 
     def reject_unknown(self, known: Iterable[str]) -> None:
-        allowed = set(known)
+        """A problem for each field not in ``known``, with a did-you-mean where one is close."""
+        allowed = sorted(set(known))
+        suggested = 0
         for name in self.mapping:
-            if name not in allowed:
-                self.problem(
-                    name,
-                    self.mapping[name],
-                    f"is not a known field (known: {', '.join(sorted(allowed))})",
-                )
+            if name in allowed:
+                continue
+            close: list[str] = []
+            if (
+                isinstance(name, str)
+                and len(name) <= _SUGGESTIBLE_LENGTH
+                and suggested < _SUGGESTED_UNKNOWNS
+            ):
+                suggested += 1
+                close = difflib.get_close_matches(name, allowed, n=1, cutoff=0.6)
+            if close:
+                message = f"is not a known field; did you mean {close[0]}?"
+                self._fold_missing(close[0])
+            else:
+                message = f"is not a known field (known: {', '.join(allowed)})"
+            field = name if isinstance(name, str) else safe_repr(name)
+            self.problem(field, self.mapping[name], message)
+        self.field = None
+
+    def _fold_missing(self, name: str) -> None:
+        """Drop the "is required" problem of ``name``: a misspelt field already names it."""
+        missing = self._missing.pop(name, None)
+        if missing is not None:
+            for position, problem in enumerate(self.problems):
+                if problem is missing:
+                    del self.problems[position]
+                    break

@@ -1,5 +1,29 @@
 """The pin table schema: ``[meta]`` plus one array of tables per pinned runner. Sections are
-registered here so new runners add a section without changing how tables load."""
+registered here so new runners add a section without changing how tables load.
+
+Every number has an upper bound no real model reaches, checked here, before anything asks
+FlashInfer about the table (its enumerators loop over ``k``; the cute-dsl check allocates a
+``rows x k`` activation). A table outside them is refused whole:
+
+=======================================  =============================================
+field                                    bound
+=======================================  =============================================
+``n`` (output features)                  1 .. 1,048,576 (2**20; a 262,144-entry vocab)
+``k`` (input features)                   1 .. 262,144 (2**18)
+``[[low_latency]]`` ``min/max_rows``     1 .. 8 (the runner's limit)
+``[[cute_dsl]]`` ``min/max_rows``        1 .. 131,072 (2**17)
+``[[wide]]`` ``tile``                    8 .. 128, a multiple of 8
+low-latency / wide ``tactic``            cta_k 1 .. 262,144; ab_stages, sfb_tmem_stages,
+                                         split_k 1 .. 64
+``[[cute_dsl]]`` ``tactic``              mma tile sizes 1 .. 1,024; cluster sizes and
+                                         split_k 1 .. 64
+``[meta]`` ``schema``                    1 .. 1 (the version this fi_patches reads)
+``[meta]`` strings                       4,096 characters
+entries per section                      1,024
+=======================================  =============================================
+
+A pin file is at most 1 MiB (``table.MAX_FILE_BYTES``), refused before it is parsed.
+"""
 
 from __future__ import annotations
 
@@ -21,7 +45,39 @@ LOW_LATENCY_MAX_ROWS = 8
 """FlashInfer's low-latency runner serves at most 8 activation rows."""
 
 WIDE_MAX_TILE = 128
-"""The widest activation tile the low-latency kernel's body supports (see wide_tile.md)."""
+"""The widest activation tile the low-latency kernel's body supports (see ``wide.budget``)."""
+
+N_MAX = 1 << 20
+"""Output features of a weight: above the widest vocabulary head (262,144 entries)."""
+
+K_MAX = 1 << 18
+"""Input features of a weight: several times the widest MLP (53,248 in a 405B model)."""
+
+ROWS_MAX = 1 << 17
+"""Activation rows of a ``[[cute_dsl]]`` range: above any prefill batch a GEMM gets."""
+
+STAGES_MAX = 64
+"""Pipeline stages and split-K ways of a tactic (FlashInfer offers at most 12 and 8)."""
+
+TILER_MAX = 1024
+"""MMA tile sizes of a cute-dsl tactic (FlashInfer's are at most 256)."""
+
+CLUSTER_MAX = 64
+"""Cluster sizes of a cute-dsl tactic (a cluster holds at most 16 CTAs)."""
+
+TEXT_MAX = 4096
+"""Characters of a ``[meta]`` string."""
+
+MAX_ENTRIES = 1024
+"""Entries of one section (a model pins tens)."""
+
+LOW_LATENCY_TACTIC_PARTS = (
+    ("cta_k", 1, K_MAX),
+    ("ab_stages", 1, STAGES_MAX),
+    ("sfb_tmem_stages", 1, STAGES_MAX),
+    ("split_k", 1, STAGES_MAX),
+)
+"""Bounds of each integer of a low-latency (and wide) tactic."""
 
 LowLatencyTactic = tuple[int, int, int, int]
 """``(cta_k, ab_stages, sfb_tmem_stages, split_k)``, as ``autotune_tactics`` lists them."""
@@ -61,20 +117,21 @@ def parse_meta(reader: FieldReader) -> PinMeta | None:
         reader.problem(
             "schema", schema, f"this fi_patches reads schema {SCHEMA_VERSION}; upgrade fi_patches"
         )
-    device = reader.string("device")
+        schema = None
+    device = reader.string("device", max_length=TEXT_MAX)
     if device is not None and device != "*" and normalize_arch(device) is None:
         reader.problem("device", device, "must be an arch such as 'sm_103', or '*' for any device")
-    spec_text = reader.string("flashinfer")
+    spec_text = reader.string("flashinfer", max_length=TEXT_MAX)
     spec = None
     if spec_text is not None:
         try:
             spec = parse_specifier(spec_text)
         except ValueError as exc:
             reader.problem("flashinfer", spec_text, str(exc))
-    note = reader.string("note", default="")
-    source = reader.string("source", default="")
+    note = reader.string("note", default="", max_length=TEXT_MAX)
+    source = reader.string("source", default="", max_length=TEXT_MAX)
     reader.reject_unknown(("schema", "device", "flashinfer", "note", "source"))
-    if device is None or spec is None or schema is None:
+    if device is None or spec is None or schema is None or note is None or source is None:
         return None
     arch = device if device == "*" else normalize_arch(device)
     if arch is None:
@@ -119,19 +176,17 @@ class LowLatencyPin(RowRangePin):
 
 
 def _parse_low_latency(reader: FieldReader, index: int) -> LowLatencyPin | None:
-    n = reader.integer("n", lo=1)
-    k = reader.integer("k", lo=1)
+    n = reader.integer("n", lo=1, hi=N_MAX)
+    k = reader.integer("k", lo=1, hi=K_MAX)
     min_rows = reader.integer("min_rows", lo=1, hi=LOW_LATENCY_MAX_ROWS, default=1)
     max_rows = reader.integer("max_rows", lo=1, hi=LOW_LATENCY_MAX_ROWS)
-    tactic = reader.int_tuple("tactic", 4)
+    tactic = reader.int_tuple("tactic", LOW_LATENCY_TACTIC_PARTS)
     reader.reject_unknown(("n", "k", "min_rows", "max_rows", "tactic"))
     if min_rows is not None and max_rows is not None and min_rows > max_rows:
         reader.problem("min_rows", min_rows, f"must not exceed max_rows ({max_rows})")
         return None
-    if None in (n, k, min_rows, max_rows, tactic):
+    if n is None or k is None or min_rows is None or max_rows is None or tactic is None:
         return None
-    assert n is not None and k is not None and min_rows is not None and max_rows is not None
-    assert tactic is not None
     return LowLatencyPin(
         n, k, min_rows, max_rows, index, (tactic[0], tactic[1], tactic[2], tactic[3])
     )
@@ -152,10 +207,10 @@ class WidePin:
 
 
 def _parse_wide(reader: FieldReader, index: int) -> WidePin | None:
-    n = reader.integer("n", lo=1)
-    k = reader.integer("k", lo=1)
+    n = reader.integer("n", lo=1, hi=N_MAX)
+    k = reader.integer("k", lo=1, hi=K_MAX)
     tile = reader.integer("tile", lo=8, hi=WIDE_MAX_TILE)
-    tactic = reader.int_tuple("tactic", 4)
+    tactic = reader.int_tuple("tactic", LOW_LATENCY_TACTIC_PARTS)
     reader.reject_unknown(("n", "k", "tile", "tactic"))
     if tile is not None and tile % 8:
         reader.problem("tile", tile, "must be a multiple of 8")
@@ -205,11 +260,11 @@ class CuteDslPin(RowRangePin):
         }
 
 
-def _int_pair(value: object) -> tuple[int, int] | None:
+def _int_pair(value: object, hi: int) -> tuple[int, int] | None:
     if (
         isinstance(value, (list, tuple))
         and len(value) == 2
-        and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+        and all(isinstance(v, int) and not isinstance(v, bool) and 0 < v <= hi for v in value)
     ):
         return (value[0], value[1])
     return None
@@ -219,16 +274,21 @@ def parse_cute_dsl_tactic(value: object) -> CuteDslTactic | None:
     """``[[mma_m, mma_n], [cluster_m, cluster_n], swap_ab, use_prefetch, split_k]`` as a tactic."""
     if not isinstance(value, (list, tuple)) or len(value) != 5:
         return None
-    tiler, cluster = _int_pair(value[0]), _int_pair(value[1])
+    tiler, cluster = _int_pair(value[0], TILER_MAX), _int_pair(value[1], CLUSTER_MAX)
     swap_ab, prefetch, split_k = value[2], value[3], value[4]
     if tiler is None or cluster is None:
         return None
     if not isinstance(swap_ab, bool) or not isinstance(prefetch, bool):
         return None
-    if isinstance(split_k, bool) or not isinstance(split_k, int) or split_k < 1:
+    if isinstance(split_k, bool) or not isinstance(split_k, int) or not 1 <= split_k <= STAGES_MAX:
         return None
     return (tiler, cluster, swap_ab, prefetch, split_k)
 
+
+CUTE_DSL_TACTIC_FORM = (
+    "[[mma_m, mma_n], [cluster_m, cluster_n], swap_ab, use_prefetch, split_k] "
+    f"(mma sizes 1..{TILER_MAX}, cluster sizes and split_k 1..{STAGES_MAX})"
+)
 
 # min_rows of a [[cute_dsl]] entry may be left out: the range then starts after the previous
 # entry (in max_rows order) of the same shape, as a list of "up to max_rows" ranges reads.
@@ -236,18 +296,11 @@ _IMPLICIT_MIN = 0
 
 
 def _parse_cute_dsl(reader: FieldReader, index: int) -> CuteDslPin | None:
-    n = reader.integer("n", lo=1)
-    k = reader.integer("k", lo=1)
-    min_rows = reader.integer("min_rows", lo=1, default=_IMPLICIT_MIN)
-    max_rows = reader.integer("max_rows", lo=1)
-    raw = reader.raw("tactic")
-    tactic = parse_cute_dsl_tactic(raw) if raw is not None else None
-    if raw is not None and tactic is None:
-        reader.problem(
-            "tactic",
-            raw,
-            "must be [[mma_m, mma_n], [cluster_m, cluster_n], swap_ab, use_prefetch, split_k]",
-        )
+    n = reader.integer("n", lo=1, hi=N_MAX)
+    k = reader.integer("k", lo=1, hi=K_MAX)
+    min_rows = reader.integer("min_rows", lo=1, hi=ROWS_MAX, default=_IMPLICIT_MIN)
+    max_rows = reader.integer("max_rows", lo=1, hi=ROWS_MAX)
+    tactic = reader.parsed("tactic", parse_cute_dsl_tactic, CUTE_DSL_TACTIC_FORM)
     reader.reject_unknown(("n", "k", "min_rows", "max_rows", "tactic"))
     if min_rows and max_rows is not None and min_rows > max_rows:
         reader.problem("min_rows", min_rows, f"must not exceed max_rows ({max_rows})")
@@ -321,17 +374,17 @@ def check_row_overlaps(
 
 @dataclass(frozen=True)
 class Section:
-    """One array of pins: its name in the file, the feature that applies it, and its parser."""
+    """One array of pins: its name in the file and its parser (the feature that applies it
+    names it in ``fi_patches.features``)."""
 
     name: str
-    feature: str
     parse: Callable[[FieldReader, int], Any]
     cross_check: Callable[[str, Sequence[Any], str, list[PinProblem]], Sequence[Any]] | None = None
     """Checks across entries (overlaps, duplicates); returns the entries, completed."""
 
 
 SECTIONS: dict[str, Section] = {
-    "low_latency": Section("low_latency", "pinned_tactics", _parse_low_latency, check_row_overlaps),
-    "wide": Section("wide", "wide_tile", _parse_wide, check_wide_duplicates),
-    "cute_dsl": Section("cute_dsl", "pinned_cute_dsl", _parse_cute_dsl, check_cute_dsl),
+    "low_latency": Section("low_latency", _parse_low_latency, check_row_overlaps),
+    "wide": Section("wide", _parse_wide, check_wide_duplicates),
+    "cute_dsl": Section("cute_dsl", _parse_cute_dsl, check_cute_dsl),
 }

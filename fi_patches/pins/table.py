@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-import json
+import difflib
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import tomllib
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from fi_patches.pins.errors import PinProblem, PinTableError
-from fi_patches.pins.fields import FieldReader
+from fi_patches.pins.errors import PinProblem, PinTableError, safe_name
+from fi_patches.pins.fields import FieldReader, kind
+from fi_patches.pins.files import MAX_FILE_BYTES, describe, read_pin_file
 from fi_patches.pins.schema import (
+    MAX_ENTRIES,
     SECTIONS,
     CuteDslPin,
     CuteDslTactic,
@@ -25,6 +26,16 @@ from fi_patches.pins.schema import (
     WidePin,
     parse_meta,
 )
+
+__all__ = ["MAX_FILE_BYTES", "PinTable"]
+
+
+class _Progress:
+    """Where :meth:`PinTable.from_mapping` is, to name it if something unexpected fails."""
+
+    def __init__(self) -> None:
+        self.where = "top level"
+        self.reader: FieldReader | None = None
 
 
 class PinTable:
@@ -60,94 +71,110 @@ class PinTable:
 
     @classmethod
     def from_mapping(cls, data: object, source: str = "<mapping>") -> PinTable:
-        """Validate ``data`` (the parsed form of a pin file) into a table."""
-        problems: list[PinProblem] = []
+        """Validate ``data`` (the parsed form of a pin file) into a table.
+
+        Raises :class:`PinTableError` and nothing else: an unexpected error while reading an
+        entry is reported as a problem of that entry and field."""
+        progress = _Progress()
+        try:
+            return cls._from_mapping(data, source, progress)
+        except PinTableError:
+            raise
+        except Exception as exc:
+            field = progress.reader.field if progress.reader is not None else None
+            what = f"{field} could not be read" if field else "could not be read"
+            raise PinTableError(
+                [PinProblem(source, progress.where, None, None, f"{what} ({describe(exc)})")]
+            ) from exc
+
+    @classmethod
+    def _from_mapping(cls, data: object, source: str, progress: _Progress) -> PinTable:
         if not isinstance(data, Mapping):
             raise PinTableError(
-                [
-                    PinProblem(
-                        source,
-                        "top level",
-                        None,
-                        None,
-                        f"must be a table, not {type(data).__name__}",
-                    )
-                ]
+                [PinProblem(source, "top level", None, None, f"must be a table, not {kind(data)}")]
             )
+        problems: list[PinProblem] = []
+        known = ("meta", *SECTIONS)
         for key in data:
-            if key != "meta" and key not in SECTIONS:
+            if key not in known:
+                close = (
+                    difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+                    if isinstance(key, str) and len(key) <= 64
+                    else []
+                )
+                hint = f"; did you mean {close[0]}?" if close else f" (known: {', '.join(known)})"
                 problems.append(
                     PinProblem(
-                        source,
-                        "top level",
-                        str(key),
-                        "...",
-                        f"is not a known section (known: meta, {', '.join(SECTIONS)})",
+                        source, "top level", safe_name(key), "...", f"is not a known section{hint}"
                     )
                 )
+        for key in getattr(data, "keyed_twice", ()):
+            problems.append(PinProblem(source, "top level", key, "...", "is given twice"))
         meta = None
         if "meta" not in data:
             problems.append(
                 PinProblem(source, "[meta]", None, None, "is required (device and flashinfer)")
             )
         else:
-            meta = parse_meta(FieldReader(source, "[meta]", data["meta"], problems))
+            progress.where = "[meta]"
+            progress.reader = FieldReader(source, "[meta]", data["meta"], problems)
+            meta = parse_meta(progress.reader)
+            if meta is None and not problems:  # parse_meta records why; never apply without
+                problems.append(PinProblem(source, "[meta]", None, None, "is invalid"))
         sections: dict[str, tuple[Any, ...]] = {}
         for name, section in SECTIONS.items():
+            progress.where, progress.reader = f"[[{name}]]", None
             raw = data.get(name, [])
             if not isinstance(raw, list):
                 problems.append(
-                    PinProblem(source, f"[[{name}]]", None, None, "must be an array of tables")
+                    PinProblem(
+                        source,
+                        f"[[{name}]]",
+                        None,
+                        None,
+                        f"must be an array of tables, not {kind(raw)}",
+                    )
+                )
+                continue
+            if len(raw) > MAX_ENTRIES:
+                problems.append(
+                    PinProblem(
+                        source,
+                        f"[[{name}]]",
+                        None,
+                        None,
+                        f"has {len(raw)} entries; a section holds at most {MAX_ENTRIES}",
+                    )
                 )
                 continue
             entries = []
             for position, item in enumerate(raw, start=1):
-                reader = FieldReader(source, f"[[{name}]] #{position}", item, problems)
-                entry = section.parse(reader, position)
+                progress.where = f"[[{name}]] #{position}"
+                progress.reader = FieldReader(source, progress.where, item, problems)
+                entry = section.parse(progress.reader, position)
                 if entry is not None:
                     entries.append(entry)
+            progress.where, progress.reader = f"[[{name}]]", None
             if section.cross_check is not None:
                 entries = list(section.cross_check(name, entries, source, problems))
             sections[name] = tuple(entries)
-        if problems:
+        if problems or meta is None:
             raise PinTableError(problems)
-        assert meta is not None
         return cls(meta, sections, source)
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> PinTable:
-        """Load and validate a ``.toml`` or ``.json`` pin file."""
-        file = Path(path)
-        source = str(file)
+        """Load and validate a ``.toml`` or ``.json`` pin file of at most
+        :data:`MAX_FILE_BYTES`. Raises :class:`PinTableError` naming the file (and the entry
+        and field where known) for anything wrong with it, and nothing else."""
+        source = os.fsdecode(path)
         try:
-            text = file.read_text(encoding="utf-8")
-        except OSError as exc:
+            data = read_pin_file(Path(source), source)
+        except PinTableError:
+            raise
+        except Exception as exc:
             raise PinTableError(
-                [PinProblem(source, "file", None, None, f"cannot be read ({exc.strerror or exc})")]
-            ) from exc
-        suffix = file.suffix.lower()
-        try:
-            if suffix == ".toml":
-                data: object = tomllib.loads(text)
-            elif suffix == ".json":
-                data = json.loads(text)
-            else:
-                raise PinTableError(
-                    [PinProblem(source, "file", None, None, "must end in .toml or .json")]
-                )
-        except tomllib.TOMLDecodeError as exc:
-            raise PinTableError([PinProblem(source, "TOML", None, None, str(exc))]) from exc
-        except json.JSONDecodeError as exc:
-            raise PinTableError(
-                [
-                    PinProblem(
-                        source,
-                        "JSON",
-                        None,
-                        None,
-                        f"{exc.msg} (line {exc.lineno} column {exc.colno})",
-                    )
-                ]
+                [PinProblem(source, "file", None, None, f"could not be read ({describe(exc)})")]
             ) from exc
         return cls.from_mapping(data, source=source)
 

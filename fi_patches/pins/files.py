@@ -1,0 +1,132 @@
+"""Reading a pin file into its parsed form. Whatever the file holds, this returns the parsed
+data or raises :class:`PinTableError` naming the file: files above :data:`MAX_FILE_BYTES` and
+anything but a regular file are refused before they are read, and bytes that are not UTF-8,
+nesting deeper than the parser's recursion limit, integers too long to convert and keys given
+twice are problems, not stray exceptions."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from fi_patches.pins.errors import PinProblem, PinTableError
+from fi_patches.pins.fields import OversizeInteger
+
+MAX_FILE_BYTES = 1 << 20
+"""The largest pin file read (1 MiB; a table for several models is a few KiB)."""
+
+_MAX_INT_DIGITS = 40
+"""Longer JSON integer literals are outside every bound: kept as :class:`OversizeInteger`."""
+
+
+class KeyedTwice(dict[str, Any]):
+    """A JSON object that gave some keys more than once (the last value is kept, as JSON
+    readers do); ``keyed_twice`` names them so the schema can report each one."""
+
+    keyed_twice: tuple[str, ...] = ()
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` of an exception, bounded, never raising."""
+    try:
+        text = str(exc)
+    except Exception:
+        text = ""
+    text = text if len(text) <= 200 else text[:197] + "..."
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _refuse(source: str, where: str, message: str) -> PinTableError:
+    return PinTableError([PinProblem(source, where, None, None, message)])
+
+
+def read_pin_file(path: Path, source: str) -> object:
+    """The parsed content of the ``.toml`` or ``.json`` pin file at ``path``."""
+    suffix = path.suffix.lower()
+    if suffix not in (".toml", ".json"):
+        raise _refuse(source, "file", "must end in .toml or .json")
+    text = _decode(_read_bytes(path, source), source)
+    return _parse_toml(text, source) if suffix == ".toml" else _parse_json(text, source)
+
+
+def _read_bytes(path: Path, source: str) -> bytes:
+    too_big = f"is larger than {MAX_FILE_BYTES} bytes, the most a pin file may hold"
+    try:
+        # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below).
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        with os.fdopen(fd, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise _refuse(source, "file", "is not a regular file")
+            if info.st_size > MAX_FILE_BYTES:
+                raise _refuse(source, "file", too_big)
+            data = handle.read(MAX_FILE_BYTES + 1)
+    except PinTableError:
+        raise
+    except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else describe(exc)
+        raise _refuse(source, "file", f"cannot be read ({reason})") from exc
+    if len(data) > MAX_FILE_BYTES:  # it grew after fstat
+        raise _refuse(source, "file", too_big)
+    return data
+
+
+def _decode(data: bytes, source: str) -> str:
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise _refuse(
+            source,
+            "file",
+            f"is not UTF-8 text (byte 0x{data[exc.start]:02x} at line {line}, offset {exc.start})",
+        ) from exc
+
+
+def _parse_toml(text: str, source: str) -> object:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise _refuse(source, "TOML", describe(exc).removeprefix("TOMLDecodeError: ")) from exc
+    except RecursionError as exc:
+        raise _refuse(source, "TOML", "nests too deeply to read") from exc
+    except ValueError as exc:  # an integer past Python's int-to-str digit limit
+        raise _refuse(source, "TOML", f"holds a value too long to read ({describe(exc)})") from exc
+
+
+def _json_int(text: str) -> int | OversizeInteger:
+    digits = len(text.lstrip("-"))
+    if digits > _MAX_INT_DIGITS:
+        return OversizeInteger(digits, text.startswith("-"))
+    return int(text)
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    mapping = dict(pairs)
+    if len(mapping) == len(pairs):
+        return mapping
+    seen: set[str] = set()
+    twice: dict[str, None] = {}
+    for key, _ in pairs:
+        if key in seen:
+            twice[key] = None
+        seen.add(key)
+    keyed = KeyedTwice(mapping)
+    keyed.keyed_twice = tuple(twice)
+    return keyed
+
+
+def _parse_json(text: str, source: str) -> object:
+    try:
+        return json.loads(text, object_pairs_hook=_json_object, parse_int=_json_int)
+    except json.JSONDecodeError as exc:
+        raise _refuse(source, "JSON", f"{exc.msg} (line {exc.lineno} column {exc.colno})") from exc
+    except RecursionError as exc:
+        raise _refuse(source, "JSON", "nests too deeply to read") from exc
+    except ValueError as exc:
+        raise _refuse(source, "JSON", f"holds a value too long to read ({describe(exc)})") from exc

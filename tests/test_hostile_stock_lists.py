@@ -1,0 +1,101 @@
+"""Validation sees FlashInfer's stock tactic lists, even inside an open ``pinned_tactics``
+block: a nested table pinning the same rows to another valid tactic is accepted, in every
+section, and ``pinned_mm`` plans a table against the stock list too."""
+
+from __future__ import annotations
+
+import pytest
+
+import fi_patches
+from fi_patches.compat import refresh
+from fi_patches.pinning.validate import check_table
+from fi_patches.pins import PinTable
+from tests import cutedsl, lowlat
+from tests.conftest import require_feature
+
+N, K = 7168, 1536
+
+
+@pytest.fixture
+def cute(simulated):
+    refresh()
+    require_feature("pinned_cute_dsl")
+    return simulated
+
+
+def runnable(stock):
+    """Tactics of the stock list that run as pinned at every row count (no split-K)."""
+    return [t for t in stock[1:] if t[4] == 1]
+
+
+def low_latency_table(tactic, source: str) -> PinTable:
+    return PinTable.from_mapping(
+        {
+            "meta": {"device": "sm_103", "flashinfer": ">=0.7.0"},
+            "low_latency": [{"n": N, "k": K, "min_rows": 5, "max_rows": 8, "tactic": list(tactic)}],
+        },
+        source=source,
+    )
+
+
+@pytest.mark.simulated
+def test_a_nested_cute_dsl_table_may_pin_the_same_rows_to_another_tactic(cute):
+    stock = cutedsl.stock(N, K, 64)
+    first, second = runnable(stock)[:2]
+    outer = cutedsl.table(cutedsl.entry(N, K, 33, 64, first), source="outer")
+    inner = cutedsl.table(cutedsl.entry(N, K, 33, 64, second), source="inner")
+    with fi_patches.pinned_tactics(outer):
+        assert cutedsl.stock(N, K, 64) == [first]  # the block narrows the live runner
+        with fi_patches.pinned_tactics(inner) as active:
+            assert active is not None
+            assert cutedsl.stock(N, K, 64) == [second]
+        assert cutedsl.stock(N, K, 64) == [first]
+    assert cutedsl.stock(N, K, 64) == stock
+
+
+@pytest.mark.simulated
+def test_pinned_mm_plans_an_explicit_table_against_the_stock_list(cute):
+    from fi_patches.cute_dsl.pinned_mm import plan
+    from tests.mxfp8_inputs import Mxfp8Problem
+
+    first, second = runnable(cutedsl.stock(N, K, 64))[:2]
+    outer = cutedsl.table(cutedsl.entry(N, K, 33, 64, first), source="outer")
+    explicit = cutedsl.table(cutedsl.entry(N, K, 33, 64, second), source="explicit")
+    inputs = Mxfp8Problem(N, K, 64).runner_inputs()
+    with fi_patches.pinned_tactics(outer):
+        chosen = plan(N, K, 64, inputs[4], inputs, explicit)
+    assert chosen.tactic == second, chosen.reason
+
+
+def test_a_nested_low_latency_table_may_pin_the_same_rows_to_another_tactic(pinning):
+    runner = lowlat.runner()
+    stock = lowlat.stock(N, K, 8)
+    first, second = stock[1], stock[2]
+    with fi_patches.pinned_tactics(low_latency_table(first, "outer")):
+        assert lowlat.offered(runner, N, K, 8) == [first]
+        with fi_patches.pinned_tactics(low_latency_table(second, "inner")):
+            assert lowlat.offered(runner, N, K, 8) == [second]
+        assert lowlat.offered(runner, N, K, 8) == [first]
+    assert lowlat.offered(runner, N, K, 8) == stock
+
+
+def test_validation_inside_a_block_checks_every_section_against_stock(pinning):
+    """A table checked inside a block (here: one that pins the same problem as the block) is
+    judged against the stock list, section by section."""
+    stock = lowlat.stock(N, K, 8)
+    with fi_patches.pinned_tactics(low_latency_table(stock[0], "outer")):
+        check_table(low_latency_table(stock[3], "inner"))
+
+
+def test_an_error_raised_while_checking_is_a_problem_of_each_entry(pinning):
+    from fi_patches.pinning.validate import _against_stock
+
+    def broken(table: PinTable) -> list:
+        raise ZeroDivisionError("enumerator bug")
+
+    tactic = lowlat.stock(N, K, 8)[0]
+    (problem,) = _against_stock("low_latency", broken)(low_latency_table(tactic, "pins.toml"))
+    assert str(problem) == (
+        f"pins.toml: [[low_latency]] #1: tactic = {list(tactic)}: could not be checked: "
+        "FlashInfer's check raised ZeroDivisionError: enumerator bug"
+    )
