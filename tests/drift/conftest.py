@@ -124,6 +124,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             f"drift: {run.results.seconds:.0f} s on {run.results.workers} zygotes "
             f"(FlashInfer {run.results.version}); observations in {run.results.directory}"
         )
+        left_out = run.results.table.get("left_out") or {}
+        for section, why in left_out.items():
+            terminalreporter.write_line(f"drift: the pin table has no [[{section}]] here: {why}")
         through = [c for c, notes in run.collateral.items() if notes]
         if through:
             terminalreporter.write_line(
