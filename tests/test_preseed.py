@@ -4,6 +4,8 @@ simulated sm_103)."""
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -71,3 +73,64 @@ def test_an_unknown_mode_is_refused(pinning):
     with pytest.raises(ValueError, match="mode must be one of narrow, preseed"):
         with fi_patches.pinned_tactics(None, mode="eager"):
             pass
+
+
+class RefusesNthWrite(dict):
+    """FlashInfer's own policy store, made to refuse its ``n``-th write (fault injection on the
+    real tuner singleton's attribute; the monkeypatch restores it)."""
+
+    def __init__(self, data, n):
+        super().__init__(data)
+        self.writes, self.n = 0, n
+
+    def __setitem__(self, key, value):
+        self.writes += 1
+        if self.writes == self.n:
+            raise MemoryError("store full")
+        super().__setitem__(key, value)
+
+
+def test_a_refused_seed_leaves_nothing_seeded_and_names_the_tuner(both, tuner, monkeypatch):
+    tune("cutedsl_low_latency", 8)
+    winners_before = dict(tuner.profiling_cache)
+    policies = RefusesNthWrite(tuner._profiling_cache_policies, n=3)
+    monkeypatch.setattr(tuner, "_profiling_cache_policies", policies)
+    policies_before = dict(policies)
+    ll_pin = lowlat.non_split_alternative(N, K, 8, skip=2)
+    cute_pin = next(t for t in cutedsl.stock(N, K, 64)[3:] if t[4] == 1)
+    with pytest.raises(
+        fi_patches.InternalError, match=r"seeds, then refused one \(MemoryError: store full\)"
+    ):
+        with fi_patches.pinned_tactics(table(ll_pin, cute_pin), mode="preseed"):
+            pytest.fail("the block must not be entered")
+    assert policies.writes >= policies.n  # the refused write, then the undo's own
+    assert dict(tuner.profiling_cache) == winners_before
+    assert dict(policies) == policies_before
+
+
+def test_a_seed_whose_key_cannot_be_built_writes_nothing(both, tuner, monkeypatch):
+    from flashinfer.autotuner import AutoTuner
+
+    from fi_patches.compat import status_of
+
+    tune("cutedsl_low_latency", 8)
+    assert status_of("preseed").enabled  # judged before the fault, as in a serving process
+    winners_before = dict(tuner.profiling_cache)
+    real = AutoTuner._get_cache_key.__func__
+    calls = []
+
+    @functools.wraps(real)
+    def refuses_second(cls, *args, **kwargs):
+        calls.append(args[0])
+        if len(calls) == 2:
+            raise KeyError("no key")
+        return real(cls, *args, **kwargs)
+
+    monkeypatch.setattr(AutoTuner, "_get_cache_key", classmethod(refuses_second))
+    ll_pin = lowlat.non_split_alternative(N, K, 8, skip=2)
+    cute_pin = next(t for t in cutedsl.stock(N, K, 64)[3:] if t[4] == 1)
+    with pytest.raises(fi_patches.InternalError, match="took 0 seeds"):
+        with fi_patches.pinned_tactics(table(ll_pin, cute_pin), mode="preseed"):
+            pytest.fail("the block must not be entered")
+    assert len(calls) == 2
+    assert dict(tuner.profiling_cache) == winners_before

@@ -55,12 +55,8 @@ def cutlass_dtypes(dtypes: Any) -> tuple[Any, ...]:
 
 def mxfp8_operand(torch: Any, rows: int, k: int, seed: int) -> tuple[Any, Any, Any]:
     """E4M3 values (exact quarter-integers), E8M0 scales in the standard swizzled layout, and
-    the dequantized float64 matrix."""
-    module = low_latency_or_skip()
-    gen = torch.Generator().manual_seed(seed)
-    values = torch.randint(-12, 13, (rows, k), generator=gen).to(torch.float32) / 4
-    quantized = values.to(torch.float8_e4m3fn)
-    exponents = torch.randint(124, 131, (rows, k // 32, 1), generator=gen, dtype=torch.uint8)
-    swizzled = module.reorder_scale_factors(exponents, rows, k, 32).reshape(-1).contiguous()
-    scale = torch.exp2(exponents[:, :, 0].to(torch.float64) - 127).repeat_interleave(32, dim=1)
-    return quantized, swizzled, quantized.to(torch.float64) * scale
+    the dequantized float64 matrix (``fi_patches.chain.operands``, which ``validate`` ships)."""
+    low_latency_or_skip()
+    from fi_patches.chain.operands import mxfp8_operand as build
+
+    return build(torch, rows, k, seed)

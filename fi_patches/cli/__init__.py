@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from fi_patches.cli import doctor, pins, precompile
+from fi_patches.cli import doctor, pins, precompile, tune, validate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,6 +17,8 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.register(commands)
     pins.register(commands)
     precompile.register(commands)
+    tune.register(commands)
+    validate.register(commands)
     return parser
 
 

@@ -478,6 +478,19 @@ KERNEL_BODY = Internal(
     (WIDE_TILE,),
     check=_check_kernel_tma_params,
 )
+REORDER_SCALE_FACTORS = Internal(
+    "reorder_scale_factors",
+    CALLABLE,
+    LOW_LATENCY,
+    "reorder_scale_factors",
+    (),
+    params=("sf", "mn", "k", "sf_vec_size"),
+)
+"""E8M0 scales into the swizzled 128x4 layout the kernels read (``validate``'s operands)."""
+
+AUTOTUNE = Internal("autotune", CALLABLE, "flashinfer", "autotune", (), params=("tune_mode",))
+"""The public tuning context (``validate`` tunes the stock path with it)."""
+
 REORDER_SCALES = Internal(
     "reorder_scale_factors_per_cta",
     CALLABLE,
@@ -525,6 +538,8 @@ INTERNALS: tuple[Declared, ...] = (
     KERNEL_CAN_IMPLEMENT,
     KERNEL_BODY,
     REORDER_SCALES,
+    REORDER_SCALE_FACTORS,
+    AUTOTUNE,
     DSL_COMPILE,
     DSL_FAKE_STREAM,
 )
@@ -662,6 +677,18 @@ def kernel_tma_param_indices() -> dict[str, int]:
 def reorder_scale_factors_per_cta() -> Callable[..., Any]:
     """FlashInfer's per-CTA activation-scale reorder of the low-latency kernel."""
     fn: Callable[..., Any] = REORDER_SCALES.resolve()
+    return fn
+
+
+def reorder_scale_factors() -> Callable[..., Any]:
+    """FlashInfer's swizzle of E8M0 scales into the 128x4 layout its kernels read."""
+    fn: Callable[..., Any] = REORDER_SCALE_FACTORS.resolve()
+    return fn
+
+
+def autotune() -> Callable[..., Any]:
+    """``flashinfer.autotune``, the public tuning context."""
+    fn: Callable[..., Any] = AUTOTUNE.resolve()
     return fn
 
 

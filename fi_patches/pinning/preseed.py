@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fi_patches.compat.installed import installed_flashinfer
+from fi_patches.internals import InternalError, error_text
 from fi_patches.internals import flashinfer as fi
 from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
 from fi_patches.pins.table import PinTable
@@ -78,19 +79,22 @@ def _undo(seeds: list[_Seed]) -> None:
 @contextmanager
 def seeded_entries(items: Sequence[tuple[Any, list[Any], Any]]) -> Iterator[None]:
     """Inside, FlashInfer's tuner cache holds each ``tactic`` as the winner of its runner and
-    inputs; on exit (or a failed seed) the previous entries come back."""
+    inputs; on exit the previous entries come back. A seed that cannot be built or written
+    raises :class:`~fi_patches.internals.InternalError` with nothing left seeded."""
     tuner = fi.tuner()
     written: list[_Seed] = []
     with fi.tuner_lock(tuner):
-        seeds = _plan(items)
         try:
-            for seed in seeds:
+            for seed in _plan(items):
                 seed.previous = seed.store.get(seed.key, _ABSENT)
                 seed.store[seed.key] = seed.value
                 written.append(seed)
-        except BaseException:
+        except Exception as exc:
             _undo(written)
-            raise
+            raise InternalError(
+                f"FlashInfer's tuner cache took {len(written)} seeds, then refused one "
+                f"({error_text(exc)}); nothing stays seeded"
+            ) from exc
     try:
         yield
     finally:

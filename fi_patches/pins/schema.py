@@ -22,7 +22,7 @@ low-latency / wide ``tactic``            cta_k 1 .. 262,144; ab_stages, sfb_tmem
 entries per section                      1,024
 =======================================  =============================================
 
-A pin file is at most 1 MiB (``table.MAX_FILE_BYTES``), refused before it is parsed.
+A pin file is at most 1 MiB (``files.MAX_FILE_BYTES``), refused before it is parsed.
 """
 
 from __future__ import annotations
@@ -148,9 +148,6 @@ class RowRangePin:
     min_rows: int
     max_rows: int
     index: int
-
-    def covers(self, rows: int) -> bool:
-        return self.min_rows <= rows <= self.max_rows
 
     @property
     def rows_text(self) -> str:

@@ -167,9 +167,10 @@ class PinTable:
         """Load and validate a ``.toml`` or ``.json`` pin file of at most
         :data:`MAX_FILE_BYTES`. Raises :class:`PinTableError` naming the file (and the entry
         and field where known) for anything wrong with it, and nothing else."""
-        source = os.fsdecode(path)
+        file = Path(path)
+        source = str(file)
         try:
-            data = read_pin_file(Path(source), source)
+            data = read_pin_file(file, source)
         except PinTableError:
             raise
         except Exception as exc:

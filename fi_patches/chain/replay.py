@@ -1,0 +1,162 @@
+"""Recorded measurements: a :class:`RecordingTimer` saves every sample another timer takes, and
+a :class:`ReplayTimer` selects from such a file with no GPU (``tune --timings FILE``).
+
+The file is JSON: ``format``, the ``device`` and ``flashinfer`` release measured on, and one
+entry per prepared trial, in order: ``rows``, ``ops`` (names in launch order), ``tactics`` and
+``samples_us``. Replaying hands each trial's entries out in recorded order, so replaying a
+file with the chain and settings it was recorded with reproduces that run; a trial prepared
+more often than recorded starts over at its first entry, and a sample asked for beyond an
+entry's samples starts over at its first sample.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from fi_patches.chain.errors import ReplayError
+from fi_patches.chain.ops import as_json, as_tactic
+from fi_patches.chain.timing import Timed, Timer, Trial
+
+FORMAT = "fi_patches.chain.timings/1"
+
+
+class _Samples:
+    def __init__(self, samples: list[float]) -> None:
+        self.samples = samples
+        self.taken = 0
+
+    def sample(self) -> float:
+        value = self.samples[self.taken % len(self.samples)]
+        self.taken += 1
+        return value
+
+    def close(self) -> None:
+        pass
+
+
+class ReplayTimer:
+    """Select from recorded measurements (see the module docstring for the file)."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = str(path)
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ReplayError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
+        except json.JSONDecodeError as exc:
+            raise ReplayError(f"{path}: not JSON ({exc.msg}, line {exc.lineno})") from exc
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            found = data.get("format") if isinstance(data, dict) else type(data).__name__
+            raise ReplayError(f"{path}: format = {found!r}: must be {FORMAT!r}")
+        self.device = _text(path, data, "device")
+        self.flashinfer = _text(path, data, "flashinfer")
+        self.recorded_with = str(data.get("timer", ""))
+        trials = data.get("trials")
+        if not isinstance(trials, list):
+            raise ReplayError(f"{path}: trials = {trials!r}: must be a list")
+        self._entries: dict[str, list[list[float]]] = {}
+        for position, entry in enumerate(trials, start=1):
+            trial, samples = _entry(path, position, entry)
+            self._entries.setdefault(trial.key(), []).append(samples)
+        self._used: dict[str, int] = {}
+
+    def describe(self) -> str:
+        made = f" ({self.recorded_with})" if self.recorded_with else ""
+        return f"recorded measurements from {self.path}{made}"
+
+    def prepare(self, trial: Trial) -> Timed:
+        key = trial.key()
+        batches = self._entries.get(key)
+        if not batches:
+            chain = ", ".join(
+                f"{n} {as_json(t)}" for n, t in zip(trial.names, trial.tactics, strict=True)
+            )
+            raise ReplayError(
+                f"{self.path} has no measurement of {chain} at {trial.rows} rows; record it "
+                "with tune --save-timings on the same chain and settings"
+            )
+        used = self._used.get(key, 0)
+        self._used[key] = used + 1
+        return _Samples(batches[used % len(batches)])
+
+
+def _text(path: str | os.PathLike[str], data: dict[str, Any], name: str) -> str:
+    value = data.get(name)
+    if not isinstance(value, str) or not value:
+        raise ReplayError(f"{path}: {name} = {value!r}: must be a non-empty string")
+    return value
+
+
+def _entry(path: str | os.PathLike[str], position: int, entry: Any) -> tuple[Trial, list[float]]:
+    where = f"{path}: trials #{position}"
+    if not isinstance(entry, dict):
+        raise ReplayError(f"{where}: must be a table")
+    rows, names = entry.get("rows"), entry.get("ops")
+    tactics, samples = entry.get("tactics"), entry.get("samples_us")
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+        raise ReplayError(f"{where}: rows = {rows!r}: must be a positive integer")
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+        raise ReplayError(f"{where}: ops = {names!r}: must be a non-empty list of op names")
+    if not isinstance(tactics, list) or len(tactics) != len(names):
+        raise ReplayError(f"{where}: tactics = {tactics!r}: must list one tactic per op")
+    if (
+        not isinstance(samples, list)
+        or not samples
+        or not all(
+            isinstance(s, (int, float)) and not isinstance(s, bool) and s >= 0 for s in samples
+        )
+    ):
+        raise ReplayError(
+            f"{where}: samples_us = {samples!r}: must be a non-empty list of non-negative numbers"
+        )
+    trial = Trial(rows, tuple(names), tuple(as_tactic(t) for t in tactics))
+    return trial, [float(s) for s in samples]
+
+
+class _Recorded:
+    def __init__(self, inner: Timed, record: dict[str, Any]) -> None:
+        self.inner = inner
+        self.record = record
+
+    def sample(self) -> float:
+        value = self.inner.sample()
+        self.record["samples_us"].append(value)
+        return value
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class RecordingTimer:
+    """Passes every trial to ``inner`` and keeps what it measured, for :meth:`save`."""
+
+    def __init__(self, inner: Timer) -> None:
+        self.inner = inner
+        self.trials: list[dict[str, Any]] = []
+
+    def describe(self) -> str:
+        describe = getattr(self.inner, "describe", None)
+        return str(describe()) if callable(describe) else type(self.inner).__name__
+
+    def prepare(self, trial: Trial) -> Timed:
+        record: dict[str, Any] = {
+            "rows": trial.rows,
+            "ops": list(trial.names),
+            "tactics": as_json(list(trial.tactics)),
+            "samples_us": [],
+        }
+        self.trials.append(record)
+        return _Recorded(self.inner.prepare(trial), record)
+
+    def save(self, path: str | os.PathLike[str], *, device: str, flashinfer: str) -> None:
+        data = {
+            "format": FORMAT,
+            "device": device,
+            "flashinfer": flashinfer,
+            "timer": self.describe(),
+            "trials": [t for t in self.trials if t["samples_us"]],
+        }
+        Path(path).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")

@@ -1,0 +1,253 @@
+"""CHAIN.toml: the ops of a chain in launch order, the row buckets to tune, and how to measure.
+
+Every problem names the file, the entry, the field and its value; a file with any problem is
+used not at all. Parsing needs neither torch nor FlashInfer.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from fi_patches.chain.errors import ChainSpecError
+from fi_patches.chain.routes import check_routes
+from fi_patches.pins.errors import PinProblem
+from fi_patches.pins.fields import FieldReader
+
+RUNNERS = ("low_latency", "wide", "cute_dsl", "mxfp8")
+"""Runner names an op may give: one of the three pinnable runners, or ``mxfp8`` for the route
+``fi_patches.mxfp8.mm`` takes by rows (see :func:`fi_patches.chain.routes.section_for`)."""
+
+MAX_DIM = 1 << 20
+MAX_ROWS = 1 << 16
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """Rows ``min_rows..max_rows`` share one pin; the chain is measured at ``rows`` rows."""
+
+    min_rows: int
+    max_rows: int
+    rows: int
+    index: int
+
+    @property
+    def label(self) -> str:
+        return (
+            str(self.min_rows)
+            if self.min_rows == self.max_rows
+            else (f"{self.min_rows}..{self.max_rows}")
+        )
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One GEMM of the chain: ``rows x k`` activations times the ``(n, k)`` weight."""
+
+    name: str
+    n: int
+    k: int
+    runner: str
+    index: int
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How candidates are measured and chosen (see README, "Tuning in the chain")."""
+
+    repeats: int = 7
+    """Interleaved rounds: each candidate gets one sample per round."""
+    replays: int = 10
+    """Timed graph replays per sample (the sample is their mean)."""
+    warmup: int = 3
+    """Untimed replays after each capture."""
+    cold_l2: bool = True
+    """Flush L2 before every timed replay, as a decode step finds it."""
+    tie_tolerance: float = 0.01
+    """Candidates within this fraction of the best median are tied."""
+    max_passes: int = 4
+    """Coordinate-descent passes per bucket before giving up on convergence."""
+    max_candidates: int = 0
+    """0: every tactic offered; N: the first N in FlashInfer's order, plus the current pin."""
+
+
+@dataclass(frozen=True)
+class ChainSpec:
+    name: str
+    ops: tuple[OpSpec, ...]
+    buckets: tuple[Bucket, ...]
+    settings: Settings
+    source: str
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> ChainSpec:
+        file = Path(path)
+        source = str(file)
+        try:
+            data = tomllib.loads(file.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ChainSpecError(
+                [PinProblem(source, "file", None, None, f"cannot be read ({exc.strerror or exc})")]
+            ) from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ChainSpecError([PinProblem(source, "TOML", None, None, str(exc))]) from exc
+        return cls.from_mapping(data, source=source, default_name=file.stem)
+
+    @classmethod
+    def from_mapping(
+        cls, data: object, source: str = "<mapping>", default_name: str = "chain"
+    ) -> ChainSpec:
+        problems: list[PinProblem] = []
+        if not isinstance(data, Mapping):
+            raise ChainSpecError([PinProblem(source, "top level", None, None, "must be a table")])
+        for key in data:
+            if key not in ("chain", "bucket", "op"):
+                problems.append(
+                    PinProblem(
+                        source,
+                        "top level",
+                        str(key),
+                        "...",
+                        "is not a known section (known: chain, bucket, op)",
+                    )
+                )
+        name, settings = _parse_chain(
+            FieldReader(source, "[chain]", data.get("chain", {}), problems), default_name
+        )
+        buckets = _parse_array(data, "bucket", source, problems, _parse_bucket)
+        ops = _parse_array(data, "op", source, problems, _parse_op)
+        if not problems:
+            _check_buckets(buckets, source, problems)
+            _check_ops(ops, source, problems)
+        if not problems:
+            check_routes(ops, buckets, source, problems)
+        if problems:
+            raise ChainSpecError(problems)
+        assert settings is not None
+        return cls(name, tuple(ops), tuple(buckets), settings, source)
+
+
+def _number(reader: FieldReader, name: str, lo: float, hi: float, default: float) -> float | None:
+    value = reader.mapping.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        reader.problem(name, value, f"must be a number, not {type(value).__name__}")
+        return None
+    if not lo <= value <= hi:
+        reader.problem(name, value, f"must be between {lo} and {hi}")
+        return None
+    return float(value)
+
+
+def _flag(reader: FieldReader, name: str, default: bool) -> bool | None:
+    value = reader.mapping.get(name, default)
+    if not isinstance(value, bool):
+        reader.problem(name, value, f"must be true or false, not {type(value).__name__}")
+        return None
+    return value
+
+
+def _parse_chain(reader: FieldReader, default_name: str) -> tuple[str, Settings | None]:
+    base = Settings()
+    name = reader.string("name", default=default_name)
+    values = {
+        "repeats": reader.integer("repeats", lo=1, hi=1000, default=base.repeats),
+        "replays": reader.integer("replays", lo=1, hi=10000, default=base.replays),
+        "warmup": reader.integer("warmup", lo=0, hi=1000, default=base.warmup),
+        "cold_l2": _flag(reader, "cold_l2", base.cold_l2),
+        "tie_tolerance": _number(reader, "tie_tolerance", 0.0, 0.5, base.tie_tolerance),
+        "max_passes": reader.integer("max_passes", lo=1, hi=50, default=base.max_passes),
+        "max_candidates": reader.integer(
+            "max_candidates", lo=0, hi=100000, default=base.max_candidates
+        ),
+    }
+    reader.reject_unknown(("name", *values))
+    if name is None or any(v is None for v in values.values()):
+        return name or default_name, None
+    return name, Settings(**values)  # type: ignore[arg-type]
+
+
+def _parse_array(
+    data: Mapping[str, Any], section: str, source: str, problems: list[PinProblem], parse: Any
+) -> list[Any]:
+    raw = data.get(section, [])
+    if not isinstance(raw, list) or not raw:
+        problems.append(
+            PinProblem(source, f"[[{section}]]", None, None, "must be a non-empty array of tables")
+        )
+        return []
+    parsed = []
+    for index, item in enumerate(raw, start=1):
+        entry = parse(FieldReader(source, f"[[{section}]] #{index}", item, problems), index)
+        if entry is not None:
+            parsed.append(entry)
+    return parsed
+
+
+def _parse_bucket(reader: FieldReader, index: int) -> Bucket | None:
+    lo = reader.integer("min_rows", lo=1, hi=MAX_ROWS)
+    hi = reader.integer("max_rows", lo=1, hi=MAX_ROWS)
+    rows = reader.integer("rows", lo=1, hi=MAX_ROWS, default=hi)
+    reader.reject_unknown(("min_rows", "max_rows", "rows"))
+    if lo is None or hi is None or rows is None:
+        return None
+    if lo > hi:
+        reader.problem("min_rows", lo, f"must not exceed max_rows ({hi})")
+        return None
+    if not lo <= rows <= hi:
+        reader.problem("rows", rows, f"must be within min_rows..max_rows ({lo}..{hi})")
+        return None
+    return Bucket(lo, hi, rows, index)
+
+
+def _parse_op(reader: FieldReader, index: int) -> OpSpec | None:
+    name = reader.string("name")
+    n = reader.integer("n", lo=1, hi=MAX_DIM)
+    k = reader.integer("k", lo=1, hi=MAX_DIM)
+    runner = reader.string("runner")
+    reader.reject_unknown(("name", "n", "k", "runner"))
+    if name is not None and not name.strip():
+        reader.problem("name", name, "must not be empty")
+        name = None
+    if runner is not None and runner not in RUNNERS:
+        reader.problem("runner", runner, f"must be one of {', '.join(RUNNERS)}")
+        runner = None
+    if name is None or n is None or k is None or runner is None:
+        return None
+    return OpSpec(name, n, k, runner, index)
+
+
+def _check_buckets(buckets: list[Bucket], source: str, problems: list[PinProblem]) -> None:
+    for previous, current in itertools.pairwise(buckets):
+        if current.min_rows <= previous.max_rows:
+            problems.append(
+                PinProblem(
+                    source,
+                    f"[[bucket]] #{current.index}",
+                    "min_rows",
+                    current.min_rows,
+                    f"must be above the previous bucket's max_rows ({previous.max_rows}):"
+                    " buckets are listed in ascending, disjoint order",
+                )
+            )
+
+
+def _check_ops(ops: list[OpSpec], source: str, problems: list[PinProblem]) -> None:
+    seen: dict[str, int] = {}
+    for op in ops:
+        if op.name in seen:
+            problems.append(
+                PinProblem(
+                    source,
+                    f"[[op]] #{op.index}",
+                    "name",
+                    op.name,
+                    f"is already the name of op #{seen[op.name]}",
+                )
+            )
+        seen.setdefault(op.name, op.index)

@@ -1,0 +1,207 @@
+"""``tune``: choose pins by timing each op's tactics in the chain they run in (or alone, with
+``--isolated``), write the pin table and its provenance sidecar."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from fi_patches.cli.table import render
+
+BLACKWELL = ("sm_100", "sm_103")
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "tune", help="choose pins by timing tactics in the chain they run in"
+    )
+    parser.add_argument("--chain", required=True, help="CHAIN.toml: ops, row buckets, repeats")
+    parser.add_argument(
+        "--out",
+        required=True,
+        help="the pin table to write (.toml or .json); its provenance goes beside it as "
+        "<stem>.provenance.json",
+    )
+    parser.add_argument(
+        "--isolated", action="store_true", help="time each op alone instead of in the chain"
+    )
+    parser.add_argument(
+        "--timings",
+        metavar="FILE",
+        help="select from recorded measurements (a file --save-timings wrote) instead of "
+        "timing on this machine's GPU",
+    )
+    parser.add_argument(
+        "--save-timings", metavar="FILE", help="also record every measurement to this JSON file"
+    )
+    parser.add_argument(
+        "--pins", help="the current pins, which ties go to (default: the default pin table)"
+    )
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.set_defaults(run=run)
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"tune: {message}", file=sys.stderr)
+    return code
+
+
+def _command(args: argparse.Namespace) -> str:
+    parts = ["python -m fi_patches tune", f"--chain {args.chain}", f"--out {args.out}"]
+    if args.isolated:
+        parts.append("--isolated")
+    if args.timings:
+        parts.append(f"--timings {args.timings}")
+    return " ".join(parts)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fi_patches.chain.errors import ChainError
+    from fi_patches.chain.spec import ChainSpec
+    from fi_patches.pins.default import default_pins
+    from fi_patches.pins.errors import PinTableError
+    from fi_patches.pins.table import PinTable
+
+    try:
+        spec = ChainSpec.from_file(args.chain)
+        current = PinTable.from_file(args.pins) if args.pins else default_pins()
+    except (ChainError, PinTableError) as exc:
+        return _fail(str(exc), 1)
+    try:
+        timer, device, version = _timer(args, spec)
+    except ChainError as exc:
+        return _fail(str(exc), 1)
+    except _CannotTime as exc:
+        return _fail(str(exc), 2)
+    try:
+        return _tune(args, spec, current, timer, device, version)
+    except (ChainError, PinTableError) as exc:
+        return _fail(str(exc), 1)
+
+
+class _CannotTime(Exception):
+    pass
+
+
+def _timer(args: argparse.Namespace, spec: Any) -> tuple[Any, str, str]:
+    """The timer, the device arch measured on and the FlashInfer version."""
+    from fi_patches.chain.replay import RecordingTimer, ReplayTimer
+    from fi_patches.compat.device import current_device, normalize_arch
+
+    if args.timings:
+        replay = ReplayTimer(args.timings)
+        arch = normalize_arch(replay.device)
+        if arch is None:
+            from fi_patches.chain.errors import ReplayError
+
+            raise ReplayError(f"{args.timings}: device = {replay.device!r}: must be an arch")
+        timer: Any = replay
+        device, version = arch, replay.flashinfer
+    else:
+        from fi_patches.chain.timing import CudaGraphTimer
+        from fi_patches.compat.installed import installed_flashinfer
+
+        here = current_device()
+        if here.arch not in BLACKWELL:
+            raise _CannotTime(
+                "timing FlashInfer's MXFP8 kernels needs an sm_100/sm_103 GPU; this machine "
+                f"has {here.label}. Pass --timings FILE to select from recorded measurements."
+            )
+        s = spec.settings
+        timer = CudaGraphTimer(replays=s.replays, warmup=s.warmup, cold_l2=s.cold_l2)
+        device, version = str(here.arch), installed_flashinfer().version_text or "unknown"
+    if args.save_timings:
+        timer = RecordingTimer(timer)
+    return timer, device, version
+
+
+def _tune(
+    args: argparse.Namespace, spec: Any, current: Any, timer: Any, device: str, version: str
+) -> int:
+    from fi_patches.chain import output
+    from fi_patches.chain.plan import build_plan, check_tuner_buckets
+    from fi_patches.chain.select import tune
+    from fi_patches.cli.progress import progress
+    from fi_patches.pinning import stack
+    from fi_patches.pinning.validate import mxfp8_bucket_of
+
+    check_tuner_buckets(spec, mxfp8_bucket_of())
+    plan = build_plan(spec, sm_version=int(device[3:]), current=current)
+    bar = None if args.no_progress else progress(sys.stderr, "tune")
+    try:
+        # No pins active while measuring: the runners offer and run FlashInfer's own lists.
+        with stack.isolated():
+            results = tune(plan, timer, spec.settings, isolated=args.isolated, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    sidecar = output.sidecar_path(args.out)
+    table = output.pin_table(
+        plan,
+        results,
+        device=device,
+        flashinfer=version,
+        source=_command(args),
+        note=output.note(spec, results, sidecar.name),
+    )
+    if not _checked(table):
+        return 1
+    describe = getattr(timer, "describe", None)
+    record = output.provenance(
+        spec,
+        results,
+        device=device,
+        flashinfer=version,
+        timer=str(describe()) if callable(describe) else type(timer).__name__,
+        command=_command(args),
+    )
+    output.write(table, args.out, record)
+    if args.save_timings:
+        timer.save(args.save_timings, device=device, flashinfer=version)
+    print(_report(results))
+    counts = ", ".join(f"{len(v)} {k}" for k, v in table.to_mapping().items() if k != "meta")
+    print(f"wrote {args.out} ({counts}) and {sidecar}")
+    return 0
+
+
+def _checked(table: Any) -> bool:
+    """``pins check``'s verdict on the new table: False (printed) if an entry is invalid."""
+    from fi_patches.pins.check import INVALID, check_entries
+
+    meta_problem, results = check_entries(table)
+    bad = [r for r in results if r.state == INVALID]
+    for r in bad:
+        print(
+            f"tune: [[{r.section}]] #{r.index} {r.shape} rows {r.rows}: {r.reason}", file=sys.stderr
+        )
+    if meta_problem:
+        print(f"tune: note: {meta_problem}", file=sys.stderr)
+    return not bad
+
+
+def _report(results: Any) -> str:
+    """Per bucket and runner coordinate: the tactic chosen, its median and spread in its last
+    step (the chain's time, or the op's alone with --isolated) and how it was chosen."""
+    from fi_patches.chain.ops import as_json
+
+    rows = []
+    for result in results:
+        for coordinate, tactic in result.chosen.items():
+            step = result.final_step(coordinate)
+            stats = step.stats_of(tactic)
+            ops = ", ".join(name for name, c in result.slots if c == coordinate)
+            rows.append(
+                (
+                    result.bucket.label,
+                    ops,
+                    coordinate,
+                    as_json(tactic),
+                    f"{stats.median:.2f}",
+                    f"{stats.spread:.1%}",
+                    f"tie of {len(step.tied)}: {step.rule}" if step.tie else step.rule,
+                )
+            )
+    mode = results[0].mode if results else "chain"
+    timed = "chain us" if mode == "chain" else "alone us"
+    return render(("rows", "op", "runner", "tactic", timed, "spread", "choice"), rows)

@@ -1,0 +1,54 @@
+"""``validate``: check a pin table on this host's GPU (numerics of every pinned kernel against a
+float64 reference, wide tiles at every row count, a chain's time pinned vs stock-tuned) and
+report in markdown and JSON. Off sm_100/sm_103 every check is reported as not run, exit 0."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def register(commands: Any) -> None:
+    parser = commands.add_parser(
+        "validate", help="check pinned kernels on this GPU (sm_100/sm_103) and report"
+    )
+    parser.add_argument("--pins", help="the pin table (default: the default pin table)")
+    parser.add_argument(
+        "--chain", help="CHAIN.toml: also time this chain, pinned vs stock-tuned, per bucket"
+    )
+    parser.add_argument(
+        "--report",
+        metavar="OUT.md",
+        help="write the markdown report here and the JSON report beside it (OUT.json)",
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from fi_patches.chain.errors import ChainError
+    from fi_patches.chain.spec import ChainSpec
+    from fi_patches.chain.validate import validate
+    from fi_patches.pins.default import default_pins
+    from fi_patches.pins.errors import PinTableError
+    from fi_patches.pins.table import PinTable
+
+    try:
+        table = PinTable.from_file(args.pins) if args.pins else default_pins()
+        spec = ChainSpec.from_file(args.chain) if args.chain else None
+    except (ChainError, PinTableError) as exc:
+        print(f"validate: {exc}", file=sys.stderr)
+        return 1
+    report = validate(table, spec)
+    markdown = report.to_markdown()
+    if args.report:
+        out = Path(args.report)
+        out.write_text(markdown, encoding="utf-8")
+        data = out.with_suffix(".json")
+        data.write_text(json.dumps(report.to_json(), indent=1) + "\n", encoding="utf-8")
+        print(f"validate: {report.summary()}; wrote {out} and {data}")
+    else:
+        print(markdown, end="")
+    return 1 if report.failed else 0

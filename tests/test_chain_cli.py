@@ -1,0 +1,307 @@
+"""``python -m fi_patches tune`` on CPU: selection from recorded measurements over FlashInfer's
+real runners (simulated sm_103), the pin table it writes (which ``pins check`` passes), the
+provenance sidecar, ``--isolated``, the progress display and its errors."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+
+import pytest
+
+from fi_patches.chain.plan import build_plan
+from fi_patches.chain.replay import RecordingTimer
+from fi_patches.chain.select import tune
+from fi_patches.chain.spec import ChainSpec
+from fi_patches.cli import main
+from fi_patches.cli.progress import PlainCounter, progress
+from fi_patches.pins.table import PinTable
+from tests.chain_helpers import CostTimer, cpu_only
+
+CHAIN = """
+[chain]
+name = "test-chain"
+repeats = 3
+tie_tolerance = 0.01
+max_candidates = 6
+
+[[bucket]]
+min_rows = 5
+max_rows = 8
+
+[[bucket]]
+min_rows = 17
+max_rows = 32
+
+[[bucket]]
+min_rows = 65
+max_rows = 128
+
+[[op]]
+name = "fused_wqa_wkv"
+n = 2112
+k = 7168
+runner = "mxfp8"
+
+[[op]]
+name = "wq_b"
+n = 6144
+k = 1536
+runner = "mxfp8"
+
+[[op]]
+name = "wo_b"
+n = 7168
+k = 4096
+runner = "mxfp8"
+"""
+
+
+def _flat(tactic):
+    if isinstance(tactic, tuple):
+        return [x for part in tactic for x in _flat(part)]
+    return [int(tactic)]
+
+
+def model(trial):
+    """Split-K tactics (last element > 1) save 1 us alone and cost 3 us when another op
+    follows; other tactics differ by up to 0.06 us (ties at a 1% tolerance)."""
+    total = 0.0
+    for position, tactic in enumerate(trial.tactics):
+        split = _flat(tactic)[-1] > 1
+        total += 10.0 - (1.0 if split else 0.0) + 0.01 * (sum(_flat(tactic)) % 7)
+        if split and position + 1 < len(trial.tactics):
+            total += 3.0
+    return total
+
+
+@pytest.fixture
+def chain(tmp_path):
+    path = tmp_path / "chain.toml"
+    path.write_text(CHAIN)
+    return path
+
+
+def record(chain, path, isolated=False):
+    spec = ChainSpec.from_file(chain)
+    plan = build_plan(spec, sm_version=103)
+    recorder = RecordingTimer(CostTimer(model, noise=0.001, seed=1))
+    results = tune(plan, recorder, spec.settings, isolated=isolated)
+    recorder.save(path, device="sm_103", flashinfer="0.7.4")
+    return results
+
+
+def run_tune(chain, out, timings, *extra):
+    return main(
+        [
+            "tune",
+            "--chain",
+            str(chain),
+            "--out",
+            str(out),
+            "--timings",
+            str(timings),
+            "--no-progress",
+            *extra,
+        ]
+    )
+
+
+def test_tune_selects_from_recorded_measurements_and_pins_check_passes(
+    both, chain, tmp_path, capsys
+):
+    timings = tmp_path / "timings.json"
+    results = record(chain, timings)
+    out = tmp_path / "pins.toml"
+    assert run_tune(chain, out, timings) == 0
+    printed = capsys.readouterr().out
+    assert f"wrote {out} (" in printed and "pins.provenance.json" in printed
+    table = PinTable.from_file(out)
+    assert table.meta.device == "sm_103" and str(table.meta.flashinfer) == "==0.7.4"
+    assert "tuned in the chain test-chain" in table.meta.note
+    assert "provenance in pins.provenance.json" in table.meta.note
+    assert table.meta.source.startswith("python -m fi_patches tune --chain")
+    chosen = {r.bucket.label: r.chosen for r in results}
+    # the replayed selection is the recorded one, entry by entry
+    assert table.low_latency_tactic(6144, 1536, 8) == chosen["5..8"]["low_latency 6144x1536"]
+    assert (32, *table.wide_pin(7168, 4096, 32).tactic) == chosen["17..32"]["wide 7168x4096"]
+    assert table.cute_dsl_tactic(2112, 7168, 100) == chosen["65..128"]["cute_dsl 2112x7168"]
+    # in the chain, only the last op keeps a split-K tactic (the first 6 cute-dsl tactics
+    # offered have none)
+    for label, picks in chosen.items():
+        splits = [_flat(picks[c])[-1] > 1 for c in picks]
+        assert splits == [False, False, label != "65..128"], label
+    assert [len(table.entries(s)) for s in ("low_latency", "wide", "cute_dsl")] == [3, 3, 3]
+
+    assert main(["pins", "check", str(out)]) == 0
+    assert "invalid" not in capsys.readouterr().out
+
+
+def test_the_provenance_sidecar_records_chain_buckets_candidates_and_ties(both, chain, tmp_path):
+    timings = tmp_path / "timings.json"
+    record(chain, timings)
+    assert run_tune(chain, tmp_path / "pins.json", timings) == 0
+    assert json.loads((tmp_path / "pins.json").read_text())["meta"]["device"] == "sm_103"
+    data = json.loads((tmp_path / "pins.provenance.json").read_text())
+    assert data["format"] == "fi_patches.chain.provenance/1" and data["mode"] == "chain"
+    assert [op["name"] for op in data["chain"]["ops"]] == ["fused_wqa_wkv", "wq_b", "wo_b"]
+    assert data["timer"].startswith(f"recorded measurements from {timings}")
+    assert data["settings"]["tie_tolerance"] == 0.01 and data["device"] == "sm_103"
+    assert [(b["min_rows"], b["max_rows"], b["rows"]) for b in data["buckets"]] == [
+        (5, 8, 8),
+        (17, 32, 32),
+        (65, 128, 128),
+    ]
+    bucket = data["buckets"][0]
+    assert bucket["converged"] and bucket["chain_median_us"] > 0
+    step = bucket["steps"][0]
+    assert len(step["candidates"]) == 6
+    assert {"tactic", "median_us", "min_us", "max_us", "spread", "samples"} <= set(
+        step["candidates"][0]
+    )
+    ties = [s for b in data["buckets"] for s in b["steps"] if s["tie"]]
+    assert ties and all(s["rule"] in ("current pin", "enumerator order") for s in ties)
+    assert all(len(s["tied"]) > 1 for s in ties)
+
+
+def test_isolated_picks_split_k_where_the_chain_does_not(both, chain, tmp_path, capsys):
+    timings = tmp_path / "alone.json"
+    record(chain, timings, isolated=True)
+    out = tmp_path / "alone.toml"
+    assert run_tune(chain, out, timings, "--isolated") == 0
+    assert "alone us" in capsys.readouterr().out
+    table = PinTable.from_file(out)
+    assert "tuned each op alone" in table.meta.note
+    assert [e.tactic[-1] > 1 for e in table.entries("low_latency")] == [True] * 3
+    assert main(["pins", "check", str(out)]) == 0
+
+
+def test_current_pins_win_ties(both, chain, tmp_path):
+    timings = tmp_path / "timings.json"
+    [low, *_] = record(chain, timings)
+    step = low.final_step("low_latency 6144x1536")
+    assert step.tie
+    other = step.tied[-1]
+    assert other != step.chosen
+    pins = tmp_path / "current.toml"
+    pins.write_text(
+        '[meta]\ndevice = "sm_103"\nflashinfer = "==0.7.4"\n\n[[low_latency]]\n'
+        f"n = 6144\nk = 1536\nmin_rows = 5\nmax_rows = 8\ntactic = {list(other)}\n"
+    )
+    spec = ChainSpec.from_file(chain)
+    current = PinTable.from_file(pins)
+    plan = build_plan(spec, sm_version=103, current=current)
+    recorder = RecordingTimer(CostTimer(model, noise=0.001, seed=1))
+    results = tune(plan, recorder, spec.settings)
+    assert results[0].chosen["low_latency 6144x1536"] == other
+    assert results[0].final_step("low_latency 6144x1536").rule == "current pin"
+    recorder.save(timings, device="sm_103", flashinfer="0.7.4")
+    out = tmp_path / "pins.toml"
+    assert run_tune(chain, out, timings, "--pins", str(pins)) == 0
+    assert PinTable.from_file(out).low_latency_tactic(6144, 1536, 8) == other
+
+
+def test_save_timings_re_records_what_was_replayed(both, chain, tmp_path):
+    timings = tmp_path / "timings.json"
+    record(chain, timings)
+    again = tmp_path / "again.json"
+    assert run_tune(chain, tmp_path / "a.toml", timings, "--save-timings", str(again)) == 0
+    assert run_tune(chain, tmp_path / "b.toml", again) == 0
+    a, b = (PinTable.from_file(tmp_path / n).to_mapping() for n in ("a.toml", "b.toml"))
+    assert a["low_latency"] == b["low_latency"] and a["wide"] == b["wide"]
+
+
+@cpu_only
+def test_timing_here_needs_a_blackwell_gpu(sm103, chain, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("FI_PATCHES_DEVICE")
+    assert main(["tune", "--chain", str(chain), "--out", str(tmp_path / "p.toml")]) == 2
+    err = capsys.readouterr().err
+    assert "needs an sm_100/sm_103 GPU; this machine has none" in err
+    assert "--timings FILE to select from recorded measurements" in err
+    assert not (tmp_path / "p.toml").exists()
+
+
+@cpu_only
+def test_a_runner_that_cannot_list_its_tactics_here_is_named(pinning, chain, tmp_path, capsys):
+    timings = tmp_path / "timings.json"
+    timings.write_text(
+        json.dumps(
+            {
+                "format": "fi_patches.chain.timings/1",
+                "device": "sm_103",
+                "flashinfer": "0.7.4",
+                "trials": [],
+            }
+        )
+    )
+    assert run_tune(chain, tmp_path / "p.toml", timings) == 1  # no simulated SM count
+    assert (
+        "tune: cute_dsl runner for 2112x7168 (op 'fused_wqa_wkv') could not list its tactics "
+        "at 128 rows (AssertionError: Torch not compiled with CUDA enabled)"
+    ) in capsys.readouterr().err
+
+
+def test_bad_inputs_exit_1_naming_the_file_and_field(both, chain, tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text(CHAIN.replace("repeats = 3", "repeats = -1"))
+    assert main(["tune", "--chain", str(bad), "--out", str(tmp_path / "p.toml")]) == 1
+    assert f"{bad}: [chain]: repeats = -1: must be between 1 and 1000" in capsys.readouterr().err
+    split = tmp_path / "split.toml"
+    split.write_text(CHAIN.replace("min_rows = 65", "min_rows = 100"))
+    timings = tmp_path / "t.json"
+    timings.write_text(
+        json.dumps(
+            {
+                "format": "fi_patches.chain.timings/1",
+                "device": "sm_103",
+                "flashinfer": "0.7.4",
+                "trials": [],
+            }
+        )
+    )
+    assert run_tune(split, tmp_path / "p.toml", timings) == 1
+    assert "rows 100..128 split FlashInfer's tuner bucket of rows 65..128" in (
+        capsys.readouterr().err
+    )
+    assert run_tune(chain, tmp_path / "p.toml", timings) == 1
+    assert "has no measurement of fused_wqa_wkv [128, 8, 1, 1]" in capsys.readouterr().err
+    assert run_tune(chain, tmp_path / "p.toml", tmp_path / "none.json") == 1
+    assert "cannot be read" in capsys.readouterr().err
+    assert not (tmp_path / "p.toml").exists()
+
+
+def test_progress_on_stderr(both, chain, tmp_path, capsys):
+    timings = tmp_path / "timings.json"
+    record(chain, timings)
+    assert (
+        main(
+            [
+                "tune",
+                "--chain",
+                str(chain),
+                "--out",
+                str(tmp_path / "p.toml"),
+                "--timings",
+                str(timings),
+            ]
+        )
+        == 0
+    )
+    err = capsys.readouterr().err
+    if importlib.util.find_spec("tqdm") is not None:
+        assert "tune: 100%" in err and "sample" in err
+    else:
+        assert "samples (rows 65..128, cute_dsl 7168x4096)" in err
+
+
+def test_the_plain_counter_without_tqdm():
+    stream = io.StringIO()
+    counter = progress(stream, "tune", use_tqdm=False)
+    assert isinstance(counter, PlainCounter)
+    for _ in range(5):
+        counter(1, 5, "rows 8, low_latency 2112x7168")
+    counter.close()
+    text = stream.getvalue()
+    assert text.startswith("\rtune: 1/5 samples (rows 8, low_latency 2112x7168)")
+    assert "\rtune: 5/5 samples" in text and text.endswith("\n")
