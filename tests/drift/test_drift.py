@@ -43,6 +43,7 @@ def test_a_broken_internal_disables_its_features_and_nothing_else(drift, case: C
     assert not found, f"{case.id} ({observation.get('applied')}):\n- " + "\n- ".join(found)
 
 
+@pytest.mark.release_independent
 def test_every_declared_internal_has_cases() -> None:
     cases = all_cases()
     assert len({c.id for c in cases}) == len(cases)
@@ -53,6 +54,7 @@ def test_every_declared_internal_has_cases() -> None:
     assert coverage() == (len(declared()), len(cases))
 
 
+@pytest.mark.release_independent
 def test_a_case_past_its_timeout_is_killed_and_recorded(tmp_path: Path) -> None:
     zygote = pool.Zygote(tmp_path, 0)
     try:

@@ -19,10 +19,11 @@ import pytest
 from fi_patches.internals import Internal, OneOf
 from tests.drift import mutate
 
+pytestmark = pytest.mark.release_independent  # no FlashInfer: runs once, in the main run
+
 SOURCE = """
 import functools
 import threading
-
 
 def tactics(problem, dtype, extra=None, *, flag=False):
     return [("tactics", problem, dtype, extra, flag)]

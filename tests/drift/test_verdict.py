@@ -15,6 +15,8 @@ from tests.drift.cases import Case, by_key
 from tests.drift.snapshot import Snapshot
 from tests.drift.verdict import collateral, problems
 
+pytestmark = pytest.mark.release_independent  # no FlashInfer: runs once, in the main run
+
 FEATURES = sorted({f for i in declared() for f in i.features})
 CASE = Case("autotune_tactics", "removed")
 PATH = by_key(CASE.key).path
