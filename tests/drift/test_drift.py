@@ -70,3 +70,16 @@ def test_a_case_past_its_timeout_is_killed_and_recorded(tmp_path: Path) -> None:
         assert zygote.process.poll() is None  # the zygote serves the next case
     finally:
         zygote.close()
+
+
+@pytest.mark.release_independent
+def test_where_flashinfer_does_not_import_the_run_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.fake_flashinfer import write_fake
+
+    monkeypatch.setenv("PYTHONPATH", str(write_fake(tmp_path / "fake", "import_raises")))
+    with pytest.raises(
+        pool.Unavailable, match=r"^import flashinfer fails here \(RuntimeError: CUDA"
+    ):
+        pool.run([], tmp_path / "run", workers=1)
