@@ -234,21 +234,32 @@ def _names_missing(error: dict[str, Any], names: tuple[str, ...]) -> bool:
     return error["type"].endswith(".InternalError") and any(n in error["message"] for n in names)
 
 
+def _route(what: str, route: dict[str, Any], baseline: dict[str, Any], obs: dict[str, Any]) -> str:
+    """What is wrong with a route ``explain`` chose: the baseline's route while the feature it
+    needs is on, else stock."""
+    if "error" in route:
+        return f"{what} raised {_short(route)}"
+    feature = ROUTE_FEATURES.get(baseline.get("value"))
+    on = feature is not None and _records(obs).get(feature, {}).get("enabled", False)
+    expected = baseline.get("value") if on else "stock"
+    return f"{what} chose {route['value']}, not {expected}" if route["value"] != expected else ""
+
+
 def _mm(case: Case | None, obs: dict[str, Any], base: dict[str, Any]) -> list[str]:
-    records = _records(obs)
     names = paths(case.internal) if case else ()
     found = []
+    auto = obs.get("calls", {}).get("auto_explain")
+    if auto is not None and "error" not in auto:
+        problem = _route(
+            "mxfp8.explain under fi_patches.auto", auto, base["calls"]["auto_explain"], obs
+        )
+        found += [problem] if problem else []
     for rows, result in obs.get("mm", {}).items():
         baseline = base["mm"][rows]
-        route = result["route"]
-        if "error" in route:
-            found.append(f"mxfp8.explain({rows} rows) raised {_short(route)}")
+        problem = _route(f"mxfp8.explain({rows} rows)", result["route"], baseline["route"], obs)
+        if problem:
+            found.append(problem)
             continue
-        feature = ROUTE_FEATURES.get(baseline["route"].get("value"))
-        on = feature is not None and records.get(feature, {}).get("enabled", False)
-        expected = baseline["route"]["value"] if on else "stock"
-        if route["value"] != expected:
-            found.append(f"mxfp8.explain({rows} rows) chose {route['value']}, not {expected}")
         error = result["mm"].get("error")
         if (
             error
