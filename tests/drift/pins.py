@@ -1,0 +1,60 @@
+"""The pin table every drift case uses, made once per run from the unbroken FlashInfer (in a
+fork of the zygote, before any case): valid there for every section, so a case's table is valid
+for whichever features it leaves enabled."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from tests.drift.child import ENV, PINNED_ROWS, K, N, as_json, offered, simulate
+
+
+def _low_latency() -> list[dict[str, Any]]:
+    tactics = [t for t in offered()["value"][1:] if t[3] == 1]
+    return [{"n": N, "k": K, "min_rows": 5, "max_rows": PINNED_ROWS, "tactic": tactics[0]}]
+
+
+def _wide() -> list[dict[str, Any]]:
+    from fi_patches.wide.tactics import wide_tactics
+
+    return [{"n": N, "k": K, "tile": 32, "tactic": as_json(wide_tactics(N, K, 32)[1])}]
+
+
+def _cute_dsl() -> list[dict[str, Any]]:
+    import torch
+
+    from tests.mxfp8_inputs import Mxfp8Problem
+
+    gemm_base = importlib.import_module("flashinfer.gemm.gemm_base")
+    runner = gemm_base._cute_dsl_gemm_mxfp8_runner(10, 3, True, torch.bfloat16)
+    listed = as_json(runner.get_valid_tactics(Mxfp8Problem(N, K, 128).runner_inputs(), None))
+    tactics = [t for t in listed[2:] if t[4] == 1]
+    return [{"n": N, "k": K, "min_rows": 65, "max_rows": 128, "tactic": tactics[1]}]
+
+
+def make_table(path: Path) -> dict[str, Any]:
+    """Write a pin table valid on the unbroken FlashInfer (simulated sm_103) to ``path``: a
+    low-latency pin for 5..8 rows, a wide pin for tile 32 and a cute-dsl pin for 65..128 rows,
+    each a tactic FlashInfer (or the wide enumerator) lists, but not its default. A section this
+    release cannot list (an old release without the runner) is left out, with the reason."""
+    os.environ.update(ENV)
+    simulate()
+    table: dict[str, Any] = {
+        "meta": {"device": "sm_103", "flashinfer": ">=0.7.0", "note": "drift suite"}
+    }
+    left_out = {}
+    for section, entries in (
+        ("low_latency", _low_latency),
+        ("wide", _wide),
+        ("cute_dsl", _cute_dsl),
+    ):
+        try:
+            table[section] = entries()
+        except Exception as exc:
+            left_out[section] = f"{type(exc).__name__}: {exc}"[:300]
+    path.write_text(json.dumps(table, indent=2), encoding="utf-8")
+    return {**table, "left_out": left_out}

@@ -1,0 +1,85 @@
+"""Drift: every internal the boundary declares, broken each way that fits it, in the real
+installed FlashInfer (one forked process per case, see ``conftest.py`` and ``child.py``).
+``python -m pytest tests/drift -k autotune_tactics-removed`` runs one case."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from fi_patches.internals import declared, mutations
+from tests.drift import pool
+from tests.drift.cases import BASELINE, Case, all_cases, coverage
+from tests.drift.child import PINNED_ROWS
+from tests.drift.verdict import problems
+
+
+def test_the_baseline_is_clean_and_pins_take_effect(drift) -> None:
+    base = drift.observation(BASELINE)
+    found = problems(None, base, base)
+    assert not found, "\n- ".join(["the baseline:", *found])
+    records = {r["name"]: r for r in base["doctor"]["records"]}
+    if records["pinned_tactics"]["enabled"]:
+        pin = drift.results.table["low_latency"][0]
+        assert pin["min_rows"] <= PINNED_ROWS <= pin["max_rows"]
+        assert base["offered"]["inside"] == {"value": [pin["tactic"]]}
+        assert base["offered"]["auto"] == {"value": [pin["tactic"]]}
+        assert len(base["offered"]["outside"]["value"]) > 1
+    if records["preseed"]["enabled"]:
+        cache = base["tuner_cache"]
+        assert cache["inside"] != cache["before"] == cache["after"]
+
+
+@pytest.mark.parametrize("case", all_cases(), ids=lambda c: c.id)
+def test_a_broken_internal_disables_its_features_and_nothing_else(drift, case: Case) -> None:
+    observation = drift.observation(case.id)
+    if "not_applicable" in observation:
+        pytest.skip(
+            f"absent in FlashInfer {drift.results.version}: {observation['not_applicable']}"
+        )
+    found = drift.judge(case)
+    assert not found, f"{case.id} ({observation.get('applied')}):\n- " + "\n- ".join(found)
+
+
+@pytest.mark.release_independent
+def test_every_declared_internal_has_cases() -> None:
+    cases = all_cases()
+    assert len({c.id for c in cases}) == len(cases)
+    for internal in declared():
+        fits = mutations(internal)
+        assert "removed" in fits, internal.key
+        assert [c.mutation for c in cases if c.key == internal.key] == list(fits)
+    assert coverage() == (len(declared()), len(cases))
+
+
+@pytest.mark.release_independent
+def test_a_case_past_its_timeout_is_killed_and_recorded(tmp_path: Path) -> None:
+    zygote = pool.Zygote(tmp_path, 0)
+    try:
+        ready = zygote.ready()
+        if "import_error" in ready:
+            pytest.skip(f"import flashinfer fails here ({ready['import_error']})")
+        job = pool.make_job(tmp_path, "slow", tmp_path / "pins.json", 0.02, job="case")
+        started = time.monotonic()
+        reply = zygote.run(job)
+        assert reply["status"] == "timeout" and "killed after" in reply["detail"]
+        assert "harness_error" in pool.read_outcome(job, reply)
+        assert time.monotonic() - started < 30
+        assert zygote.process.poll() is None  # the zygote serves the next case
+    finally:
+        zygote.close()
+
+
+@pytest.mark.release_independent
+def test_where_flashinfer_does_not_import_the_run_says_why(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tests.fake_flashinfer import write_fake
+
+    monkeypatch.setenv("PYTHONPATH", str(write_fake(tmp_path / "fake", "import_raises")))
+    with pytest.raises(
+        pool.Unavailable, match=r"^import flashinfer fails here \(RuntimeError: CUDA"
+    ):
+        pool.run([], tmp_path / "run", workers=1)
