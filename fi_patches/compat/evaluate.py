@@ -140,6 +140,10 @@ def evaluate(feature: Feature, device: Device | None) -> FeatureStatus:
     that needs no particular device); no caching."""
     patched = [d for d in feature.requires if d.module == "flashinfer"]
     flashinfer = installed(patched[0]).label if patched else "-"
+    others = [d for d in feature.requires if d not in patched]
+    verified = "; ".join(
+        [str(d.verified) for d in patched] + [f"{d.distribution}{d.verified}" for d in others]
+    )
 
     def result(enabled: bool, reason: str, probes: tuple[ProbeResult, ...] = ()) -> FeatureStatus:
         return FeatureStatus(
@@ -148,7 +152,7 @@ def evaluate(feature: Feature, device: Device | None) -> FeatureStatus:
             reason=reason,
             flashinfer=flashinfer,
             device=device.label if device is not None else "any",
-            verified="; ".join(f"{d.label} {d.verified}" for d in feature.requires),
+            verified=verified,
             probes=probes,
         )
 
