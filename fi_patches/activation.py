@@ -7,11 +7,10 @@ FlashInfer stock."""
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from dataclasses import dataclass, field
 from typing import Any
-
-import wrapt
 
 from fi_patches._logging import get_logger
 
@@ -78,9 +77,12 @@ def enable() -> None:
     FlashInfer is imported, else when it is. Idempotent."""
     with _lock:
         _state.requested = True
-        if not _state.hook_registered:
+        if "flashinfer" in sys.modules:
+            _apply()  # imported already (the start-up hook calls this just after the import)
+        elif not _state.hook_registered:
             _state.hook_registered = True
-            # wrapt runs the hook at once when flashinfer is already imported.
+            import wrapt  # only here: its hook machinery imports asyncio and importlib.metadata
+
             wrapt.register_post_import_hook(_apply, "flashinfer")
 
 

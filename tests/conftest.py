@@ -19,6 +19,7 @@ from fi_patches.pins.default import register_pins
 def clean_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for var in ("FI_PATCHES_DEVICE", "FI_PATCHES_PINS", "FI_PATCHES_ALLOW_UNVERIFIED"):
         monkeypatch.delenv(var, raising=False)
+    monkeypatch.delenv("FI_PATCHES_AUTO", raising=False)
     refresh()
     forget_logged()
     register_pins(None)

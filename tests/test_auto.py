@@ -258,6 +258,28 @@ def test_without_the_variable_the_hook_imports_nothing(installed_python, tmp_pat
     assert result.stdout.strip() == "[]"
 
 
+def test_with_the_variable_the_hook_imports_nothing_heavy_until_flashinfer(
+    installed_python, tmp_path
+):
+    code = (
+        "import sys; heavy = ('wrapt', 'asyncio', 'importlib.metadata', 'torch', 'flashinfer', "
+        "'fi_patches.activation', 'fi_patches.compat'); "
+        "print(sorted(m for m in sys.modules if m.startswith(heavy))); "
+        "print([type(f).__name__ for f in sys.meta_path if type(f).__module__.startswith('fi_patches')]); "
+        "import flashinfer; "
+        "print([type(f).__name__ for f in sys.meta_path if type(f).__module__.startswith('fi_patches')]); "
+        "print(type(flashinfer.__loader__).__name__, flashinfer.__spec__.loader is flashinfer.__loader__, "
+        "'wrapt' in sys.modules)"
+    )
+    result = run(installed_python, ["python", "-c", code], tmp_path, FI_PATCHES_AUTO="1")
+    assert result.returncode == 0, result.stderr
+    before, waiting, after, loader = result.stdout.strip().splitlines()
+    assert before == "[]"
+    assert waiting == "['_Finder']"  # the start-up finder waits for flashinfer
+    assert after == "[]"  # and leaves once it fired
+    assert loader == "SourceFileLoader True False"  # FlashInfer's own loader; wrapt never loaded
+
+
 @pytest.mark.parametrize("problem", ["missing", "malformed"])
 def test_bad_pins_log_one_clear_error_and_leave_flashinfer_stock(
     installed_python, tmp_path, pinning, problem

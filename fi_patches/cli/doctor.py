@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from fi_patches.cli.hook import hook_state
 from fi_patches.cli.table import render
 
 
@@ -31,4 +32,5 @@ def run(args: argparse.Namespace) -> int:
     if pins:
         print()
         print(render(("feature", "pins"), pins))
+    print(f"\nstart-up hook: {hook_state().summary()}")
     return 0
