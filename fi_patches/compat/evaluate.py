@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from fi_patches._logging import get_logger
+from fi_patches.compat import selfcheck_cache
 from fi_patches.compat.device import Device, current_device
 from fi_patches.compat.feature import Feature
 from fi_patches.compat.installed import InstalledFlashInfer, installed_flashinfer
@@ -116,7 +117,13 @@ def _evaluate(feature: Feature, fi: InstalledFlashInfer, device: Device) -> Feat
             False, f"needs {_devices_text(feature.devices)}; this device is {device.arch}.", probes
         )
     try:
-        failure = feature.load_self_check()(device)
+        failure = selfcheck_cache.outcome(
+            feature.name,
+            feature.self_check,
+            device,
+            probes,
+            lambda: feature.load_self_check()(device),
+        )
     except Exception as exc:
         failure = f"the self-check raised {type(exc).__name__}: {exc}"
     if failure is not None:
