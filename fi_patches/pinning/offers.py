@@ -8,6 +8,7 @@ Any surprise falls back to FlashInfer's own answer and is logged once.
 from __future__ import annotations
 
 import functools
+import inspect
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -28,53 +29,107 @@ def _dtype_key(inputs: Sequence[Any]) -> tuple[Any, ...]:
     return (inputs[0].dtype, inputs[1].dtype, out_dtype, len(inputs))
 
 
+def _takes_inputs_and_profile_only(function: Any) -> bool:
+    """Whether ``function``'s parameters are exactly ``(self, inputs, profile)``."""
+    try:
+        params = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    return [p.name for p in params] == ["self", "inputs", "profile"] and all(
+        p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params
+    )
+
+
 def valid_tactics_replacement(target: PinnedRunner) -> Any:
-    """``make(original, gate)`` for the runner class's ``get_valid_tactics``."""
+    """``make(original, gate)`` for the runner class's ``get_valid_tactics``.
+
+    Most calls are for a weight without pins, so the wrapper answers those inline: one
+    context-variable read, two dict lookups and the weight's ``shape``. Where the original takes
+    exactly ``(self, inputs, profile)`` (FlashInfer 0.7.x), so does the wrapper, which saves
+    packing ``*args, **kwargs`` on every call; otherwise it passes any extra arguments on.
+    """
     section, weight_inputs, problem_of = target.section, target.weight_inputs, target.problem
+    scope_of = _scope.get
 
     def make(original: Any, gate: Any) -> Any:
-        def stock(self: Any, inputs: Any, profile: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
-            if args or kwargs:
-                return original(self, inputs, profile, *args, **kwargs)
-            return original(self, inputs, profile)
+        def stock(self: Any, inputs: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
+            return original(self, inputs, *args, **kwargs)
+
+        def unreadable() -> None:
+            log_once(
+                logger,
+                30,
+                f"problem:{target.class_name}",
+                "fi_patches could not read the problem of %s inputs; offering the stock tactics",
+                target.class_name,
+                exc_info=True,
+            )
+
+        def pinned(self: Any, inputs: Any, group: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
+            """The answer for a weight with pins here: its covering pin, else the stock list."""
+            try:
+                problem = problem_of(inputs, None)
+                entry = covering(group, problem[2]) if problem is not None else None
+            except Exception:
+                unreadable()
+                return stock(self, inputs, args, kwargs)
+            if entry is None or problem is None:
+                return stock(self, inputs, args, kwargs)
+            return _offer(target, entry, problem, original, self, inputs, args, kwargs)
+
+        # The two wrappers share their body; it is written out in each, as a call per
+        # get_valid_tactics would cost as much as the lookup itself.
+        if _takes_inputs_and_profile_only(original):
+
+            @functools.wraps(original)
+            def get_valid_tactics_exact(self: Any, inputs: Any, profile: Any = None) -> Any:
+                scope = scope_of()
+                index = scope.with_process() if stack._process_tables else scope.index
+                if index is not None:
+                    shapes = index.get(section)
+                    if shapes is not None:
+                        try:
+                            form = weight_inputs.get(len(inputs))
+                            group = (
+                                None
+                                if form is None
+                                else (shapes.by_kn if form[1] else shapes.by_nk).get(
+                                    inputs[form[0]].shape
+                                )
+                            )
+                        except Exception:
+                            unreadable()
+                            group = None
+                        if group is not None and gate.active:
+                            return pinned(self, inputs, group, (profile,), {})
+                return original(self, inputs, profile)
+
+            return get_valid_tactics_exact
 
         @functools.wraps(original)
         def get_valid_tactics(
             self: Any, inputs: Any, profile: Any = None, *args: Any, **kwargs: Any
         ) -> Any:
-            scope = _scope.get()
+            scope = scope_of()
             index = scope.with_process() if stack._process_tables else scope.index
-            shapes = index.get(section) if index is not None else None
-            if shapes is None or not gate.active:
-                if args or kwargs:
-                    return original(self, inputs, profile, *args, **kwargs)
-                return original(self, inputs, profile)
-            try:
-                form = weight_inputs.get(len(inputs))
-                if form is None:
-                    return stock(self, inputs, profile, args, kwargs)
-                weight = inputs[form[0]].shape
-                group = (shapes.by_kn if form[1] else shapes.by_nk).get(weight)
-                if group is None:  # most calls: an unpinned weight, answered inline
-                    if args or kwargs:
-                        return original(self, inputs, profile, *args, **kwargs)
-                    return original(self, inputs, profile)
-                problem = problem_of(inputs, None)
-                entry = covering(group, problem[2]) if problem is not None else None
-            except Exception:
-                log_once(
-                    logger,
-                    30,
-                    f"problem:{target.class_name}",
-                    "fi_patches could not read the problem of %s inputs; offering the stock "
-                    "tactics",
-                    target.class_name,
-                    exc_info=True,
-                )
-                return stock(self, inputs, profile, args, kwargs)
-            if entry is None or problem is None:
-                return stock(self, inputs, profile, args, kwargs)
-            return _offer(target, entry, problem, original, self, inputs, (profile, *args), kwargs)
+            if index is not None:
+                shapes = index.get(section)
+                if shapes is not None:
+                    try:
+                        form = weight_inputs.get(len(inputs))
+                        group = (
+                            None
+                            if form is None
+                            else (shapes.by_kn if form[1] else shapes.by_nk).get(
+                                inputs[form[0]].shape
+                            )
+                        )
+                    except Exception:
+                        unreadable()
+                        group = None
+                    if group is not None and gate.active:
+                        return pinned(self, inputs, group, (profile, *args), kwargs)
+            return original(self, inputs, profile, *args, **kwargs)
 
         return get_valid_tactics
 
