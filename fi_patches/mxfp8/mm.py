@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
 from typing import Any
 
 from fi_patches.mxfp8.routes import Choice, Route, choice_for
@@ -15,6 +17,29 @@ def _wide_kernel(choice: Choice) -> Any:
 
         kernel = choice.state["kernel"] = compile_wide(choice.tile, choice.tactic)  # type: ignore[arg-type]
     return kernel
+
+
+# An ``import`` statement per call costs as much as the route lookup (a ``from`` import of a
+# submodule, several times it), so the hot path reads modules from sys.modules.
+_modules: list[Any] = []
+"""``[flashinfer, torch]`` once imported."""
+
+
+def _flashinfer_and_torch() -> list[Any]:
+    if not _modules:
+        import flashinfer
+        import torch
+
+        _modules[:] = [flashinfer, torch]
+    return _modules
+
+
+def _module(name: str) -> Any:
+    """The module ``name`` (a route's), imported on its first use."""
+    module = sys.modules.get(name)
+    if module is None:
+        module = importlib.import_module(name)
+    return module
 
 
 def mm(
@@ -36,44 +61,54 @@ def mm(
     with 1-D swizzled scales. Returns ``(..., N)`` in ``out_dtype`` (BF16 by default). The stock
     route calls ``mm_mxfp8`` with ``stock_backend``.
     """
-    import flashinfer
-    import torch
-
-    out_dtype = out_dtype or torch.bfloat16
-    flat = x.dim() == 2  # the common case: no reshapes on the hot path
-    a2d = x if flat else x.reshape(-1, x.shape[-1])
-    rows, k = a2d.shape
+    flashinfer, torch = _modules or _flashinfer_and_torch()
+    shape = x.shape
+    flat = len(shape) == 2  # the common case: no reshapes on the hot path
+    if flat:
+        a2d = x
+        rows, k = shape
+    else:
+        a2d = x.reshape(-1, shape[-1])
+        rows, k = a2d.shape
     n = weight.shape[1]
-    choice = choice_for(n, k, rows, out_dtype, pins)
+    choice = choice_for(n, k, rows, out_dtype or torch.bfloat16, pins)
     if x_scale is None:
         a, a_scale = flashinfer.mxfp8_quantize(a2d, is_sf_swizzled_layout=True)
     else:
         a, a_scale = a2d, x_scale
     route = choice.route
+    # out_dtype goes to mm_mxfp8 only when given: its default is BF16 too, and each keyword
+    # passed costs FlashInfer's argument checks time on every call.
     if route is Route.LOW_LATENCY:
-        result = flashinfer.mm_mxfp8(
-            a,
-            weight,
-            a_scale,
-            weight_scale,
-            out=out,
-            out_dtype=out_dtype,
-            backend="cutedsl_low_latency",
-        )
+        if out_dtype is None:
+            result = flashinfer.mm_mxfp8(
+                a, weight, a_scale, weight_scale, out=out, backend="cutedsl_low_latency"
+            )
+        else:
+            result = flashinfer.mm_mxfp8(
+                a,
+                weight,
+                a_scale,
+                weight_scale,
+                out=out,
+                out_dtype=out_dtype,
+                backend="cutedsl_low_latency",
+            )
     elif route is Route.WIDE:
-        from fi_patches.wide.launch import launch_wide
-
         if out is None:
-            out = torch.empty(rows, n, dtype=out_dtype, device=a.device)
-        result = launch_wide(_wide_kernel(choice), weight.t(), weight_scale, a, a_scale, out)
+            out = torch.empty(rows, n, dtype=out_dtype or torch.bfloat16, device=a.device)
+        launch = _module("fi_patches.wide.launch").launch_wide
+        result = launch(_wide_kernel(choice), weight.t(), weight_scale, a, a_scale, out)
     elif route is Route.PINNED_CUTE_DSL:
-        from fi_patches.cute_dsl.pinned_mm import pinned_mm
-
-        result = pinned_mm(
+        result = _module("fi_patches.cute_dsl.pinned_mm").pinned_mm(
             a, a_scale, weight, weight_scale, out_dtype=out_dtype, out=out, pins=pins
+        )
+    elif out_dtype is None:
+        result = flashinfer.mm_mxfp8(
+            a, weight, a_scale, weight_scale, out=out, backend=stock_backend
         )
     else:
         result = flashinfer.mm_mxfp8(
             a, weight, a_scale, weight_scale, out=out, out_dtype=out_dtype, backend=stock_backend
         )
-    return result if flat else result.view(*x.shape[:-1], n)
+    return result if flat else result.view(*shape[:-1], n)

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fi_patches.compat.evaluate import status_of
-from fi_patches.pinning.resolve import TableLike, candidate_tables, state_key
+from fi_patches.pinning import resolve, stack
+from fi_patches.pinning.resolve import TableLike, candidate_tables
 from fi_patches.pinning.stack import lookup, lookup_wide
 
 LOW_LATENCY_MAX_ROWS = 8
@@ -44,6 +45,7 @@ class Choice:
 
 _lock = threading.Lock()
 _choices: dict[tuple[Any, ...], Choice] = {}
+_scope_of = stack._scope.get
 
 
 def _low_latency(n: int, k: int, rows: int, out_dtype: Any) -> Choice | None:
@@ -140,7 +142,18 @@ def choice_for(
 ) -> Choice:
     """The cached route of a problem under the pin tables in force (a hit costs one dict
     lookup; the key changes whenever the tables in force may have)."""
-    key = (n, k, rows, out_dtype, wide_max, state_key(pins))
+    # resolve.state_key(pins), spelled out: a call per projection costs as much as the lookup.
+    key = (
+        n,
+        k,
+        rows,
+        out_dtype,
+        wide_max,
+        pins,
+        _scope_of(),
+        stack._process_version,
+        resolve._generation,
+    )
     choice = _choices.get(key)
     if choice is None:
         tables = candidate_tables(pins)
