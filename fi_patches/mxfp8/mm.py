@@ -100,9 +100,8 @@ def mm(
         launch = _module("fi_patches.wide.launch").launch_wide
         result = launch(_wide_kernel(choice), weight.t(), weight_scale, a, a_scale, out)
     elif route is Route.PINNED_CUTE_DSL:
-        result = _module("fi_patches.cute_dsl.pinned_mm").pinned_mm(
-            a, a_scale, weight, weight_scale, out_dtype=out_dtype, out=out, pins=pins
-        )
+        pinned_mm_with = _module("fi_patches.cute_dsl.pinned_mm").pinned_mm_with
+        result = pinned_mm_with(a, a_scale, weight, weight_scale, out_dtype, out, choice.tables)
     elif out_dtype is None:
         result = flashinfer.mm_mxfp8(
             a, weight, a_scale, weight_scale, out=out, backend=stock_backend
