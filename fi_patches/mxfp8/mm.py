@@ -6,8 +6,11 @@ import importlib
 import sys
 from typing import Any
 
-from fi_patches.mxfp8.routes import Choice, Route, choice_for
+from fi_patches.mxfp8.routes import Choice, Route, by_shapes, choice_for
+from fi_patches.pinning import resolve, stack
 from fi_patches.pinning.resolve import TableLike
+
+_scope_of = stack._scope.get
 
 
 def _wide_kernel(choice: Choice) -> Any:
@@ -42,6 +45,18 @@ def _module(name: str) -> Any:
     return module
 
 
+def _route_of(key: tuple[Any, ...], torch: Any) -> tuple[Choice, int, int]:
+    """Choose (:func:`choice_for`) and remember the route for ``key``'s shapes."""
+    shape, weight_shape, out_dtype, pins = key[:4]
+    k, n = shape[-1], weight_shape[1]
+    rows = 1
+    for dim in shape[:-1]:
+        rows *= dim
+    found = (choice_for(n, k, rows, out_dtype or torch.bfloat16, pins), rows, n)
+    by_shapes[key] = found
+    return found
+
+
 def mm(
     x: Any,
     weight: Any,
@@ -63,15 +78,23 @@ def mm(
     """
     flashinfer, torch = _modules or _flashinfer_and_torch()
     shape = x.shape
+    # The route for these shapes under the pins in force: one dict lookup on a key of the
+    # tensors' shapes as they come (resolve.state_key's fields spelled out).
+    key = (
+        shape,
+        weight.shape,
+        out_dtype,
+        pins,
+        _scope_of(),
+        stack._process_version,
+        resolve._generation,
+    )
+    found = by_shapes.get(key)
+    if found is None:
+        found = _route_of(key, torch)
+    choice, rows, n = found
     flat = len(shape) == 2  # the common case: no reshapes on the hot path
-    if flat:
-        a2d = x
-        rows, k = shape
-    else:
-        a2d = x.reshape(-1, shape[-1])
-        rows, k = a2d.shape
-    n = weight.shape[1]
-    choice = choice_for(n, k, rows, out_dtype or torch.bfloat16, pins)
+    a2d = x if flat else x.reshape(-1, shape[-1])
     if x_scale is None:
         a, a_scale = flashinfer.mxfp8_quantize(a2d, is_sf_swizzled_layout=True)
     else:

@@ -45,6 +45,9 @@ class Choice:
 
 _lock = threading.Lock()
 _choices: dict[tuple[Any, ...], Choice] = {}
+by_shapes: dict[tuple[Any, ...], tuple[Choice, int, int]] = {}
+"""``mm``'s hot-path memo: ``(x.shape, weight.shape, out_dtype, pins, *state)`` -> ``(choice,
+rows, n)``, filled through :func:`choice_for` and emptied with it by :func:`forget`."""
 _scope_of = stack._scope.get
 
 
@@ -185,3 +188,4 @@ def forget() -> None:
     """Choose every route again (after pins or features change)."""
     with _lock:
         _choices.clear()
+        by_shapes.clear()
