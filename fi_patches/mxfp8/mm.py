@@ -37,6 +37,12 @@ def _flashinfer_and_torch() -> list[Any]:
     return _modules
 
 
+# Route members as module globals: reading one off the Enum class costs several times more.
+_LOW_LATENCY, _WIDE, _PINNED_CUTE_DSL = Route.LOW_LATENCY, Route.WIDE, Route.PINNED_CUTE_DSL
+_WIDE_LAUNCH = "fi_patches.wide.launch"
+_PINNED_MM = "fi_patches.cute_dsl.pinned_mm"
+
+
 def _module(name: str) -> Any:
     """The module ``name`` (a route's), imported on its first use."""
     module = sys.modules.get(name)
@@ -102,7 +108,7 @@ def mm(
     route = choice.route
     # out_dtype goes to mm_mxfp8 only when given: its default is BF16 too, and each keyword
     # passed costs FlashInfer's argument checks time on every call.
-    if route is Route.LOW_LATENCY:
+    if route is _LOW_LATENCY:
         if out_dtype is None:
             result = flashinfer.mm_mxfp8(
                 a, weight, a_scale, weight_scale, out=out, backend="cutedsl_low_latency"
@@ -117,13 +123,15 @@ def mm(
                 out_dtype=out_dtype,
                 backend="cutedsl_low_latency",
             )
-    elif route is Route.WIDE:
+    elif route is _WIDE:
         if out is None:
             out = torch.empty(rows, n, dtype=out_dtype or torch.bfloat16, device=a.device)
-        launch = _module("fi_patches.wide.launch").launch_wide
-        result = launch(_wide_kernel(choice), weight.t(), weight_scale, a, a_scale, out)
-    elif route is Route.PINNED_CUTE_DSL:
-        pinned_mm_with = _module("fi_patches.cute_dsl.pinned_mm").pinned_mm_with
+        kernel = choice.state.get("kernel") or _wide_kernel(choice)
+        launch = (sys.modules.get(_WIDE_LAUNCH) or _module(_WIDE_LAUNCH)).launch_wide
+        result = launch(kernel, weight.t(), weight_scale, a, a_scale, out)
+    elif route is _PINNED_CUTE_DSL:
+        pinned = sys.modules.get(_PINNED_MM) or _module(_PINNED_MM)
+        pinned_mm_with = pinned.pinned_mm_with
         result = pinned_mm_with(a, a_scale, weight, weight_scale, out_dtype, out, choice.tables)
     elif out_dtype is None:
         result = flashinfer.mm_mxfp8(
