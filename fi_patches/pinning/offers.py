@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -58,7 +59,7 @@ def valid_tactics_replacement(target: PinnedRunner) -> Any:
         def unreadable() -> None:
             log_once(
                 logger,
-                30,
+                logging.WARNING,
                 f"problem:{target.class_name}",
                 "fi_patches could not read the problem of %s inputs; offering the stock tactics",
                 target.class_name,
