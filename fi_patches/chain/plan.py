@@ -28,7 +28,7 @@ def check_tuner_buckets(spec: ChainSpec, bucket_of: Callable[[int], int]) -> Non
     """Raise :class:`ChainSpecError` for a bucket that cuts through one of the tuner's row
     buckets on a tuner-bucketed runner: its pin could not be honoured (``pins check`` refuses
     it too)."""
-    from fi_patches.pinning.validate import bucket_groups
+    from fi_patches.pinning.validate import bucket_groups, split_bucket
 
     groups = bucket_groups(bucket_of, 2 * max(b.max_rows for b in spec.buckets) + 2)
     problems = []
@@ -36,21 +36,19 @@ def check_tuner_buckets(spec: ChainSpec, bucket_of: Callable[[int], int]) -> Non
         sections = {section_for(op.runner, bucket.rows) for op in spec.ops}
         if not sections & set(TUNER_BUCKETED):
             continue
-        for lo, hi in groups:
-            overlaps = lo <= bucket.max_rows and hi >= bucket.min_rows
-            if overlaps and not (bucket.min_rows <= lo and hi <= bucket.max_rows):
-                field = "min_rows" if lo < bucket.min_rows else "max_rows"
-                problems.append(
-                    PinProblem(
-                        spec.source,
-                        f"[[bucket]] #{bucket.index}",
-                        field,
-                        getattr(bucket, field),
-                        f"rows {bucket.label} split FlashInfer's tuner bucket of rows "
-                        f"{lo}..{hi}, which caches one tactic for all of them",
-                    )
+        split = split_bucket(bucket.min_rows, bucket.max_rows, groups)
+        if split is not None:
+            field, lo, hi = split
+            problems.append(
+                PinProblem(
+                    spec.source,
+                    f"[[bucket]] #{bucket.index}",
+                    field,
+                    getattr(bucket, field),
+                    f"rows {bucket.label} split FlashInfer's tuner bucket of rows "
+                    f"{lo}..{hi}, which caches one tactic for all of them",
                 )
-                break
+            )
     if problems:
         raise ChainSpecError(problems)
 

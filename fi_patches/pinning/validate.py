@@ -37,6 +37,17 @@ def bucket_groups(bucket_of: Callable[[int], int], max_rows: int) -> list[tuple[
     return groups
 
 
+def split_bucket(
+    min_rows: int, max_rows: int, groups: list[tuple[int, int]]
+) -> tuple[str, int, int] | None:
+    """``(field, lo, hi)`` of the first tuner bucket ``lo..hi`` that the range
+    ``min_rows..max_rows`` cuts through (``field`` names the end that cuts it), or None."""
+    for lo, hi in groups:
+        if lo <= max_rows and hi >= min_rows and not (min_rows <= lo and hi <= max_rows):
+            return ("min_rows" if lo < min_rows else "max_rows"), lo, hi
+    return None
+
+
 def check_buckets(
     section: str,
     entries: Iterable[RowRangePin],
@@ -49,22 +60,20 @@ def check_buckets(
     whole = ", ".join(f"{lo}..{hi}" if lo != hi else str(lo) for lo, hi in groups)
     problems = []
     for entry in entries:
-        for lo, hi in groups:
-            overlaps = lo <= entry.max_rows and hi >= entry.min_rows
-            if overlaps and not (entry.min_rows <= lo and hi <= entry.max_rows):
-                field = "min_rows" if lo < entry.min_rows else "max_rows"
-                problems.append(
-                    PinProblem(
-                        source,
-                        f"[[{section}]] #{entry.index}",
-                        field,
-                        getattr(entry, field),
-                        f"rows {entry.rows_text} split FlashInfer's tuner bucket of rows "
-                        f"{lo}..{hi}, which caches one tactic for all of them; "
-                        f"use whole buckets ({whole})",
-                    )
+        split = split_bucket(entry.min_rows, entry.max_rows, groups)
+        if split is not None:
+            field, lo, hi = split
+            problems.append(
+                PinProblem(
+                    source,
+                    f"[[{section}]] #{entry.index}",
+                    field,
+                    getattr(entry, field),
+                    f"rows {entry.rows_text} split FlashInfer's tuner bucket of rows "
+                    f"{lo}..{hi}, which caches one tactic for all of them; "
+                    f"use whole buckets ({whole})",
                 )
-                break
+            )
     return problems
 
 
