@@ -179,3 +179,19 @@ def test_import_fi_patches_imports_neither_torch_nor_flashinfer():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_a_device_setting_that_is_no_arch_reads_as_one_sentence(monkeypatch):
+    monkeypatch.setenv("FI_PATCHES_DEVICE", "blackwell")
+    fi_patches.refresh()
+    flashinfer_or_skip()
+    reason = {r.name: r for r in fi_patches.status()}["pinned_tactics"].reason
+    assert (
+        reason.startswith(
+            "needs sm_100, sm_103 or sm_107, but FI_PATCHES_DEVICE='blackwell' is not an arch such "
+            "as sm_103 ("
+        )
+        or "lacks an internal" in reason
+        or "import flashinfer failed" in reason
+    ), reason
+    assert "but there is FI_PATCHES_DEVICE" not in reason

@@ -241,6 +241,24 @@ def test_disabled_feature_yields_does_nothing_and_warns_once(caplog):
     assert record.reason in warnings[0].getMessage()
 
 
+def test_a_disabled_block_of_several_sections_logs_one_warning_naming_each(caplog):
+    table = {
+        "meta": {"device": "sm_103", "flashinfer": ">=0.7.0"},
+        "low_latency": [{"n": N, "k": K, "min_rows": 5, "max_rows": 8, "tactic": [128, 8, 1, 1]}],
+        "wide": [{"n": N, "k": K, "tile": 16, "tactic": [128, 8, 1, 1]}],
+        "cute_dsl": [
+            {"n": N, "k": K, "max_rows": 64, "tactic": [[128, 64], [1, 1], True, False, 1]}
+        ],
+    }
+    with caplog.at_level(logging.WARNING, logger="fi_patches"):
+        with fi_patches.pinned_tactics(table) as active:
+            assert active is None  # no FI_PATCHES_DEVICE and no GPU: every feature is off
+    warnings = [r.getMessage() for r in caplog.records if "ignores the" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    for section in ("[[low_latency]]", "[[cute_dsl]]", "[[wide]]"):
+        assert section in warnings[0]
+
+
 def test_table_for_another_device_is_skipped_with_the_reason(pin, caplog):
     runner = lowlat.runner()
     table = lowlat.table(lowlat.entry(N, K, 5, 8, pin), device="sm_100")
