@@ -19,6 +19,7 @@ import pytest
 import fi_patches
 from fi_patches.pinning.installation import installed_count
 from tests import lowlat
+from tests.conftest import flashinfer_or_skip
 
 N, K = lowlat.SHAPE
 ROOT = Path(__file__).resolve().parent.parent
@@ -283,6 +284,7 @@ def test_without_the_variable_the_hook_imports_nothing(installed_python, tmp_pat
 def test_with_the_variable_the_hook_imports_nothing_heavy_until_flashinfer(
     installed_python, tmp_path
 ):
+    flashinfer_or_skip()
     code = (
         "import sys; heavy = ('wrapt', 'asyncio', 'importlib.metadata', 'torch', 'flashinfer', "
         "'fi_patches.activation', 'fi_patches.compat'); "
@@ -333,8 +335,15 @@ def test_installing_the_wheel_on_a_serving_host_keeps_its_torch_and_flashinfer(
     fi_patches): pip's resolver, in a dry run, would install fi_patches alone."""
     host_site = tmp_path / "host-site"
     host_site.mkdir()
-    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
-        if "fi_patches" not in entry.name and not entry.name.startswith("__editable__"):
+    # Every site directory this environment sees (a compat-matrix cell sees its base's too).
+    sites = dict.fromkeys(
+        [sysconfig.get_paths()["purelib"], *(p for p in sys.path if p.endswith("site-packages"))]
+    )
+    for site_dir in sites:
+        for entry in Path(site_dir).iterdir():
+            taken = (host_site / entry.name).exists()
+            if taken or "fi_patches" in entry.name or entry.name.startswith("__editable__"):
+                continue
             (host_site / entry.name).symlink_to(entry)
     venv = tmp_path / "host"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)

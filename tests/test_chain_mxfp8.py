@@ -149,7 +149,7 @@ def test_chain_buckets_must_be_whole_tuner_buckets(pinning):
     check_tuner_buckets(ChainSpec.from_file(EXAMPLE), mxfp8_bucket_of())
 
 
-def test_a_missing_internal_is_an_internal_error_naming_it(tmp_path):
+def test_a_missing_internal_is_an_internal_error_naming_it(tmp_path, pinning):
     import subprocess
     import sys
 
