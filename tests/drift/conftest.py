@@ -65,9 +65,7 @@ class Drift:
             shown = ", ".join(failed[:5]) + (", ..." if len(failed) > 5 else "")
             parts.append(f"{len(failed)} failed ({shown})")
         if absent:
-            parts.append(
-                f"{len(absent)} not applicable (absent in FlashInfer {self.results.version})"
-            )
+            parts.append(f"{len(absent)} not applicable (absent here)")
         if unjudged:
             parts.append(f"{len(unjudged)} not judged")
         if not parts:
