@@ -189,14 +189,6 @@ def _check_split_k_tiler(method: Any) -> str | None:
     return None
 
 
-def _check_kernel_tma_params(method: Any) -> str | None:
-    import inspect
-
-    names = list(inspect.signature(method).parameters)
-    missing = [a for a in KERNEL_TMA_ARGUMENTS.values() if a not in names]
-    return f"it takes no {', '.join(missing)}" if missing else None
-
-
 # declarations ---------------------------------------------------------------------------------
 
 LOW_LATENCY_MODULE = Internal(
@@ -207,7 +199,7 @@ AUTOTUNE_TACTICS = Internal(
     CALLABLE,
     LOW_LATENCY,
     "autotune_tactics",
-    (PINNED_TACTICS,),
+    (PINNED_TACTICS, PRESEED),
     params=("problem_sizes_mnkl", "a_dtype", "b_dtype", "sf_dtype", "sf_vec_size", "c_dtype"),
     check=_check_autotune_tactics,
 )
@@ -273,7 +265,7 @@ SEARCH_CACHE = Internal(
     METHOD,
     AUTOTUNER,
     "AutoTuner.search_cache",
-    _TUNED,
+    (*_TUNED, PRESEED),
     params=("custom_op", "runners", "input_shapes", "tuning_config", "inputs"),
 )
 WINNER_CACHE = Internal(
@@ -337,10 +329,11 @@ PROFILING_CACHE = Internal(
     ATTRIBUTE,
     AUTOTUNER,
     "AutoTuner.get().profiling_cache",
-    (),
+    (PRESEED,),
     check=_check_mapping,
 )
-"""The live in-process winners, read by ``fi_patches.pins.record.from_tuner``."""
+"""The live in-process winners (read by ``fi_patches.pins.record.from_tuner``); the store
+``_winner_cache`` returns in v1 flows, so preseeding writes into it."""
 
 WORKSPACE_SIZE = Internal(
     "workspace_size",
@@ -408,9 +401,10 @@ NARROW_TILE_OK = Internal(
     "Sm100BlockScaledPersistentDenseGemmKernel.narrow_tile_ok",
     (PINNED_CUTE_DSL,),
     params=("tile_n", "kernel_n"),
-    optional=True,
+    since=Version("0.7.1"),
 )
-"""The dense kernel's narrow-tile envelope, where a release has one (none: no limit)."""
+"""The dense kernel's narrow-tile envelope (from 0.7.1: the cute-dsl runner swaps a tactic
+outside it for its fallback, so a pin must be checked against it)."""
 
 KERNEL_TMA_ARGUMENTS = {
     "a": "tma_atom_a",
@@ -460,7 +454,7 @@ KERNEL_CAN_IMPLEMENT = Internal(
     METHOD,
     LOW_LATENCY,
     "LowLatencyBlockscaledGemmKernel.can_implement",
-    (WIDE_TILE,),
+    (PINNED_TACTICS, WIDE_TILE, PRESEED),
 )
 KERNEL_BODY = Internal(
     "low_latency_kernel_body",
@@ -468,8 +462,19 @@ KERNEL_BODY = Internal(
     LOW_LATENCY,
     "LowLatencyBlockscaledGemmKernel.kernel",
     (WIDE_TILE,),
-    check=_check_kernel_tma_params,
+    params=(
+        "tiled_mma",
+        "tiled_mma_sfb",
+        "tma_atom_a",
+        "mA_mkl",
+        "tma_atom_b",
+        "mB_nkl",
+        "tma_atom_sfa",
+        "sfa",
+        "tma_atom_sfb",
+    ),
 )
+"""The kernel method: its leading arguments place the TMA descriptors the PDL check reads."""
 REORDER_SCALE_FACTORS = Internal(
     "reorder_scale_factors",
     CALLABLE,

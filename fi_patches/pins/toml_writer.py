@@ -14,7 +14,7 @@ def _value(value: Any) -> str:
     if isinstance(value, int):
         return str(value)
     if isinstance(value, str):
-        return json.dumps(value)  # a TOML basic string is a JSON string
+        return json.dumps(value, ensure_ascii=False)  # a TOML basic string; no surrogate pairs
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_value(v) for v in value) + "]"
     raise TypeError(f"cannot write {type(value).__name__} {value!r} to a pin table")

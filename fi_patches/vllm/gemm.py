@@ -22,8 +22,11 @@ OP_NAME = "fi_patches::vllm_mxfp8_mm"
 SCHEMA = "(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale, ScalarType out_dtype) -> Tensor"
 
 _lock = threading.Lock()
+_definition: Any = None
+"""The registered op (keeps it alive); ``_op`` is how calls reach it."""
 _op: Any = None
 _api: Any = None
+_compiling: Any = None
 _failed: set[tuple[Any, ...]] = set()
 """Problems whose routed GEMM raised: vLLM's own GEMM serves them from then on."""
 
@@ -71,23 +74,23 @@ def routed_mm(a: Any, b: Any, a_scale: Any, b_scale: Any, out_dtype: Any) -> Any
 
 
 def gemm(a: Any, b: Any, a_scale: Any, b_scale: Any, out_dtype: Any) -> Any:
-    """:func:`routed_mm`, through the custom op while torch.compile traces."""
-    import torch
-
-    if torch.compiler.is_compiling():
-        return torch.ops.fi_patches.vllm_mxfp8_mm(a, b, a_scale, b_scale, out_dtype)
+    """:func:`routed_mm`, through the custom op while torch.compile traces (after
+    :func:`prepare`)."""
+    if _compiling():
+        return _op(a, b, a_scale, b_scale, out_dtype)
     return routed_mm(a, b, a_scale, b_scale, out_dtype)
 
 
 def prepare(api: Any) -> None:
     """Register the custom op (once per process) and keep vLLM's callables for the GEMM."""
-    global _op, _api
+    global _definition, _op, _api, _compiling
     import torch
 
     with _lock:
         _api = api
         if _op is not None:
             return
+        _compiling = torch.compiler.is_compiling
 
         def vllm_mxfp8_mm(a: Any, b: Any, a_scale: Any, b_scale: Any, out_dtype: Any) -> Any:
             return routed_mm(a, b, a_scale, b_scale, out_dtype)
@@ -95,9 +98,11 @@ def prepare(api: Any) -> None:
         def fake(a: Any, b: Any, a_scale: Any, b_scale: Any, out_dtype: Any) -> Any:
             return torch.empty(a.shape[0], b.shape[1], dtype=out_dtype, device=a.device)
 
-        op = torch.library.custom_op(OP_NAME, vllm_mxfp8_mm, mutates_args=(), schema=SCHEMA)
-        op.register_fake(fake)
-        _op = op
+        _definition = torch.library.custom_op(
+            OP_NAME, vllm_mxfp8_mm, mutates_args=(), schema=SCHEMA
+        )
+        _definition.register_fake(fake)
+        _op = torch.ops.fi_patches.vllm_mxfp8_mm
 
 
 @on_refresh

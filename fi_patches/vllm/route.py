@@ -5,8 +5,9 @@ The replacement prepares the activation with vLLM's own helpers and layouts (a
 ``QuantizedActivation`` as it comes, or the tensor quantized by vLLM's ``mxfp8_e4m3_quantize``),
 runs the GEMM through :mod:`fi_patches.vllm.gemm`, then adds the bias and shapes the output as
 vLLM's method does. It is armed by a post-import hook on vLLM's kernel module, so it applies
-whenever vLLM imports it; whether the route is enabled (device, self-check) is decided at the
-first GEMM, in the process that runs it, so arming never touches the GPU.
+whenever vLLM imports it, once vLLM's version, probes and the device-free self-check pass. The
+device (and FlashInfer) are checked at the first GEMM, in the process that runs it, so arming
+never touches the GPU.
 """
 
 from __future__ import annotations
@@ -40,13 +41,15 @@ _outcome = "not armed"
 def _make(api: upstream.KernelApi) -> Callable[[Any, Gate], Callable[..., Any]]:
     """The replacement's factory for :class:`AttributePatch`."""
 
+    import torch
+
+    compiling = torch.compiler.is_compiling
+
     def make(original: Callable[..., Any], gate: Gate) -> Callable[..., Any]:
         def apply_weights(self: Any, layer: Any, x: Any, bias: Any = None) -> Any:
             if not gate.active:
                 return original(self, layer, x, bias)
-            import torch
-
-            if torch.compiler.is_compiling():
+            if compiling():
                 return _routed(api, self, layer, x, bias)
             try:
                 prepared = _prepare(api, self, layer, x)

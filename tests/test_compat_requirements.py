@@ -1,0 +1,99 @@
+"""A feature's dependency on a package other than FlashInfer (the vLLM features' on vLLM),
+checked with FlashInfer's gates, against real installed distributions (``wrapt``, a dependency
+of fi_patches, stands in for vLLM)."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import pytest
+from packaging.specifiers import SpecifierSet
+from packaging.version import Version
+
+from fi_patches.compat.device import Device
+from fi_patches.compat.evaluate import check_dependency, evaluate
+from fi_patches.compat.feature import Feature
+from fi_patches.internals import Dependency
+from fi_patches.internals.flashinfer import FLASHINFER
+
+WRAPT = Version(importlib.metadata.version("wrapt"))
+
+
+def wrapt(verified: str) -> Dependency:
+    return Dependency("wrapt", "wrapt", SpecifierSet(verified), "wrapt")
+
+
+def passing_check(device: Device) -> str | None:
+    return None
+
+
+def failing_check(device: Device) -> str | None:
+    return "it misbehaves"
+
+
+def feature(requires, self_check="passing_check", devices=()) -> Feature:
+    # "demo" declares no internals, so its probes are none: the gates under test are the
+    # package's presence, import and release.
+    return Feature(
+        name="demo",
+        summary="",
+        requires=requires,
+        devices=devices,
+        self_check=f"tests.test_compat_requirements:{self_check}",
+    )
+
+
+@pytest.mark.parametrize(
+    ("verified", "reason"),
+    [
+        (f"=={WRAPT}", None),
+        (
+            "<=1.0",
+            f"wrapt {WRAPT} is newer than the verified range <=1.0 "
+            "(all 0 probes pass; set FI_PATCHES_ALLOW_UNVERIFIED=1 to enable it).",
+        ),
+        (f">{WRAPT}", f"wrapt {WRAPT} is outside the verified range >{WRAPT} (all 0 probes pass)."),
+    ],
+)
+def test_a_dependency_is_gated_like_flashinfer(verified, reason):
+    dependency = wrapt(verified)
+    checked = check_dependency(feature((dependency,)), dependency)
+    assert checked.problem == reason
+    assert checked.version == WRAPT
+
+
+def test_a_missing_distribution_and_an_allowed_newer_one(monkeypatch):
+    missing = Dependency("no-such-dist", "no_such_module", SpecifierSet("==1"), "Nothing")
+    assert check_dependency(feature((missing,)), missing).problem == (
+        "Nothing (no-such-dist) is not installed."
+    )
+    monkeypatch.setenv("FI_PATCHES_ALLOW_UNVERIFIED", "1")
+    newer = wrapt("<=1.0")
+    checked = check_dependency(feature((newer,)), newer)
+    assert checked.problem is None and checked.unverified
+
+
+def test_a_feature_without_flashinfer_or_device_is_decided_by_its_dependency(monkeypatch):
+    ok = evaluate(feature((wrapt(f"=={WRAPT}"),)), None)
+    assert ok.enabled
+    assert ok.reason == f"wrapt {WRAPT} is verified; 0 probes and the self-check pass."
+    assert (ok.flashinfer, ok.device, ok.verified) == ("-", "any", f"wrapt=={WRAPT}")
+    bad = evaluate(feature((wrapt(f"=={WRAPT}"),), "failing_check"), None)
+    assert not bad.enabled
+    assert bad.reason == f"self-check failed on wrapt {WRAPT}: it misbehaves"
+    monkeypatch.setenv("FI_PATCHES_ALLOW_UNVERIFIED", "1")
+    newer = evaluate(feature((wrapt("<=1.0"),)), None)
+    assert newer.enabled
+    assert newer.reason == (
+        f"wrapt {WRAPT} is unverified (verified: <=1.0); enabled by "
+        "FI_PATCHES_ALLOW_UNVERIFIED=1 because all 0 probes and the self-check pass."
+    )
+
+
+def test_a_failed_dependency_comes_before_flashinfer_and_the_device():
+    missing = Dependency("no-such-dist", "no_such_module", SpecifierSet("==1"), "Nothing")
+    record = evaluate(
+        feature((missing, FLASHINFER), devices=("sm_103",)), Device(None, "none", "no CUDA device")
+    )
+    assert not record.enabled
+    assert record.reason == "Nothing (no-such-dist) is not installed."
