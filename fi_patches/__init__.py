@@ -5,9 +5,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from fi_patches._lazy import lazy_exports
+
+TYPE_CHECKING = False  # not typing's: the start-up hook imports this package at every start
 
 __version__ = "0.1.0"
 

@@ -1,9 +1,9 @@
 """Every environment variable fi_patches reads, in one place, each with what it does.
 
 Other modules ask :func:`get` or :func:`flag` with a :class:`Variable` declared here and never
-read ``os.environ`` themselves, so this list is complete. The one exception is the start-up
-hook line in ``fi_patches_auto.pth``, which must stay a one-liner that imports nothing; it reads
-:data:`AUTO` by name.
+read ``os.environ`` themselves, so this list is complete. The exceptions are the start-up
+hook (the line in ``fi_patches_auto.pth`` and :mod:`fi_patches.startup`), which must import
+nothing at interpreter start; they read :data:`AUTO` by name.
 """
 
 from __future__ import annotations
@@ -49,6 +49,11 @@ VLLM = Variable(
 VLLM_ROUTE = Variable(
     "FI_PATCHES_VLLM_ROUTE", "1: route vLLM's cute-dsl MXFP8 linears through fi_patches.mxfp8.mm"
 )
+CACHE_DIR = Variable(
+    "FI_PATCHES_CACHE_DIR",
+    "where self-check outcomes are kept (default $XDG_CACHE_HOME/fi_patches, else "
+    "~/.cache/fi_patches); off keeps none",
+)
 RANK_GUARD = Variable(
     "FI_PATCHES_RANK_GUARD",
     "mode of the rank guard run before FlashInfer's set_autotune_process_group while fi_patches "
@@ -69,6 +74,7 @@ VARIABLES: tuple[Variable, ...] = (
     PINS,
     ALLOW_UNVERIFIED,
     AUTO,
+    CACHE_DIR,
     PTXAS,
     VLLM,
     VLLM_ROUTE,

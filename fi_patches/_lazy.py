@@ -3,9 +3,10 @@ torch, cutlass nor FlashInfer until a name that needs them is used."""
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
-from typing import Any
+TYPE_CHECKING = False  # not typing's, which would cost every start of the start-up hook
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
 
 
 def lazy_exports(
@@ -18,6 +19,8 @@ def lazy_exports(
         module = exports.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        import importlib  # here, not at import: the start-up hook imports the package
+
         value = getattr(importlib.import_module(module), name)
         namespace[name] = value
         return value

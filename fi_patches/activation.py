@@ -11,8 +11,6 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-import wrapt
-
 from fi_patches._logging import get_logger
 from fi_patches.internals.flashinfer import FLASHINFER
 
@@ -87,12 +85,13 @@ def enable() -> None:
     with _lock:
         _state.requested = True
         stack.resume()
-        if not _state.hook_registered:
+        if FLASHINFER.module in sys.modules:
+            _apply()  # imported already (the start-up hook calls this just after the import)
+        elif not _state.hook_registered:
             _state.hook_registered = True
-            # wrapt runs the hook at once when flashinfer is already imported.
+            import wrapt  # only here: its hook machinery imports asyncio and importlib.metadata
+
             wrapt.register_post_import_hook(_apply, FLASHINFER.module)
-        elif FLASHINFER.module in sys.modules:
-            _apply()  # after disable(): the hook ran already, so apply again here
 
 
 def disable() -> None:

@@ -35,9 +35,17 @@ settings.load_profile("ci")
 
 
 @pytest.fixture(autouse=True)
-def clean_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def clean_state(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
     for var in ("FI_PATCHES_DEVICE", "FI_PATCHES_PINS", "FI_PATCHES_ALLOW_UNVERIFIED"):
         monkeypatch.delenv(var, raising=False)
+    # Self-check outcomes: none kept in this process (tests change the device under it), and
+    # subprocesses that drop FI_PATCHES_* keep theirs in this test's own directory, never in
+    # the developer's home (tests/test_selfcheck_cache.py turns the cache on where it tests it).
+    monkeypatch.setenv("FI_PATCHES_CACHE_DIR", "off")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+    monkeypatch.delenv("FI_PATCHES_AUTO", raising=False)
     refresh()
     forget_logged()
     register_pins(None)

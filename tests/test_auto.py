@@ -11,6 +11,7 @@ import sys
 import sysconfig
 import textwrap
 import threading
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -277,6 +278,86 @@ def test_without_the_variable_the_hook_imports_nothing(installed_python, tmp_pat
     result = run(installed_python, ["python", "-c", code], tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_with_the_variable_the_hook_imports_nothing_heavy_until_flashinfer(
+    installed_python, tmp_path
+):
+    code = (
+        "import sys; heavy = ('wrapt', 'asyncio', 'importlib.metadata', 'torch', 'flashinfer', "
+        "'fi_patches.activation', 'fi_patches.compat'); "
+        "print(sorted(m for m in sys.modules if m.startswith(heavy))); "
+        "print([type(f).__name__ for f in sys.meta_path if type(f).__module__.startswith('fi_patches')]); "
+        "import flashinfer; "
+        "print([type(f).__name__ for f in sys.meta_path if type(f).__module__.startswith('fi_patches')]); "
+        "print(type(flashinfer.__loader__).__name__, flashinfer.__spec__.loader is flashinfer.__loader__, "
+        "'wrapt' in sys.modules)"
+    )
+    result = run(installed_python, ["python", "-c", code], tmp_path, FI_PATCHES_AUTO="1")
+    assert result.returncode == 0, result.stderr
+    before, waiting, after, loader = result.stdout.strip().splitlines()
+    assert before == "[]"
+    assert waiting == "['_Finder']"  # the start-up finder waits for flashinfer
+    assert after == "[]"  # and leaves once it fired
+    assert loader == "SourceFileLoader True False"  # FlashInfer's own loader; wrapt never loaded
+
+
+def _wheel(installed_python: Path) -> Path:
+    return next((installed_python.parents[2] / "wheels").glob("fi_patches-*.whl"))
+
+
+def test_the_wheel_ships_the_license_and_needs_only_wrapt_and_packaging(installed_python):
+    with zipfile.ZipFile(_wheel(installed_python)) as wheel:
+        names = wheel.namelist()
+        licenses = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+        assert len(licenses) == 1
+        text = wheel.read(licenses[0]).decode()
+        metadata = wheel.read(next(n for n in names if n.endswith(".dist-info/METADATA")))
+    assert text == (ROOT / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    assert "END OF TERMS AND CONDITIONS" in text
+    lines = metadata.decode().splitlines()
+    assert "License-Expression: Apache-2.0" in lines
+    base = sorted(
+        line.split(":", 1)[1].strip()
+        for line in lines
+        if line.startswith("Requires-Dist:") and "extra ==" not in line
+    )
+    assert base == ["packaging>=23", "wrapt>=1.14"]
+
+
+def test_installing_the_wheel_on_a_serving_host_keeps_its_torch_and_flashinfer(
+    installed_python, tmp_path
+):
+    """A host that has torch, FlashInfer, wrapt and packaging (this test environment minus
+    fi_patches): pip's resolver, in a dry run, would install fi_patches alone."""
+    host_site = tmp_path / "host-site"
+    host_site.mkdir()
+    for entry in Path(sysconfig.get_paths()["purelib"]).iterdir():
+        if "fi_patches" not in entry.name and not entry.name.startswith("__editable__"):
+            (host_site / entry.name).symlink_to(entry)
+    venv = tmp_path / "host"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (Path(purelib) / "00-host.pth").write_text(f"{host_site}\n")
+    report = tmp_path / "report.json"
+    wheels = _wheel(installed_python).parent
+    pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "--dry-run"]
+    dry_run = subprocess.run(
+        [*pip, "--no-index", "--find-links", str(wheels), "--report", str(report), "fi_patches"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert dry_run.returncode == 0, dry_run.stderr
+    would = [item["metadata"]["name"] for item in json.loads(report.read_text())["install"]]
+    assert would == ["fi_patches"], dry_run.stdout
 
 
 @pytest.mark.parametrize("problem", ["missing", "malformed"])

@@ -7,7 +7,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from fi_patches.cli import doctor, pins, precompile, tune, validate
+from fi_patches.cli import doctor, hook, pins, precompile, tune, validate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -15,6 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="show fi_patches' log")
     commands = parser.add_subparsers(dest="command", required=True)
     doctor.register(commands)
+    hook.register(commands)
     pins.register(commands)
     precompile.register(commands)
     tune.register(commands)

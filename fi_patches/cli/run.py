@@ -8,7 +8,8 @@ import shutil
 import sys
 from collections.abc import Sequence
 
-from fi_patches.startup import ENV, hook_installed
+from fi_patches.cli.hook import hook_installed
+from fi_patches.startup import ENV
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -19,8 +20,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not hook_installed():
         print(
             "fi-patches-run: the fi_patches start-up hook (fi_patches_auto.pth) is not in this "
-            "Python's site-packages (an editable install has none); add "
-            "'import fi_patches.auto' to the consumer instead",
+            "Python's site-packages (an editable install has none); run "
+            "'python -m fi_patches hook install', or add 'import fi_patches.auto' to the consumer",
             file=sys.stderr,
         )
     executable = shutil.which(args[0])

@@ -13,6 +13,7 @@ from packaging.version import Version
 
 from fi_patches import _env
 from fi_patches._logging import get_logger
+from fi_patches.compat import selfcheck_cache
 from fi_patches.compat.device import Device, current_device
 from fi_patches.compat.feature import Feature
 from fi_patches.compat.installed import forget as forget_installed
@@ -180,7 +181,13 @@ def evaluate(feature: Feature, device: Device | None) -> FeatureStatus:
             )
     releases = " and ".join(f"{d.label} {c.version}" for d, c in verdicts)
     try:
-        failure = feature.load_self_check()(device or NO_DEVICE)
+        failure = selfcheck_cache.outcome(
+            feature.name,
+            feature.self_check,
+            device or NO_DEVICE,
+            probes,
+            lambda: feature.load_self_check()(device or NO_DEVICE),
+        )
     except Exception as exc:
         failure = f"the self-check raised {error_text(exc)}"
     if failure is not None:

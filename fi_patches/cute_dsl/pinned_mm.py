@@ -121,6 +121,19 @@ def pinned_mm(
     with its 1-D swizzled scales. Without a pin covering the rows, with the feature off, or with
     a pin that would not run as pinned here, this is stock ``mm_mxfp8(backend="cute-dsl")``.
     """
+    return pinned_mm_with(a, a_scale, weight, weight_scale, out_dtype, out, candidate_tables(pins))
+
+
+def pinned_mm_with(
+    a: Any,
+    a_scale: Any,
+    weight: Any,
+    weight_scale: Any,
+    out_dtype: Any,
+    out: Any,
+    tables: tuple[Any, ...],
+) -> Any:
+    """:func:`pinned_mm` over pin tables already resolved (``mxfp8.mm``'s route holds them)."""
     import torch
 
     from fi_patches.internals import flashinfer as fi
@@ -131,7 +144,7 @@ def pinned_mm(
     if out is None:
         out = torch.empty(rows, n, dtype=out_dtype, device=a.device)
     inputs = [a, weight, a_scale, weight_scale, out_dtype, out, None]
-    chosen = plan(n, k, rows, out_dtype, inputs, pins)
+    chosen = plan_with(n, k, rows, out_dtype, inputs, tables)
     if chosen.tactic is None:
         return fi.mm_mxfp8()(
             a, weight, a_scale, weight_scale, out=out, out_dtype=out_dtype, backend="cute-dsl"

@@ -629,6 +629,14 @@ def compute_capability(device: Any) -> tuple[int, int]:
     return int(major), int(minor)
 
 
+def package() -> Any:
+    """The ``flashinfer`` package itself (hot paths read ``mm_mxfp8`` from it per call, so a
+    consumer's own patch of it is honoured)."""
+    import importlib
+
+    return importlib.import_module(FLASHINFER.module)
+
+
 def mm_mxfp8() -> Callable[..., Any]:
     """``flashinfer.mm_mxfp8``, looked up now (so a consumer's own patch of it is honoured)."""
     fn: Callable[..., Any] = MM_MXFP8.resolve()

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
 from typing import Any
 
-from fi_patches.internals import flashinfer as fi
-from fi_patches.mxfp8.routes import Choice, Route, choice_for
+from fi_patches.mxfp8.routes import Choice, Route, by_shapes, choice_for
+from fi_patches.pinning import resolve, stack
 from fi_patches.pinning.resolve import TableLike
+from fi_patches.pins import default
+
+_scope_of = stack._scope.get
 
 
 def _wide_kernel(choice: Choice) -> Any:
@@ -16,6 +21,49 @@ def _wide_kernel(choice: Choice) -> Any:
 
         kernel = choice.state["kernel"] = compile_wide(choice.tile, choice.tactic)  # type: ignore[arg-type]
     return kernel
+
+
+# An ``import`` statement per call costs as much as the route lookup (a ``from`` import of a
+# submodule, several times it), so the hot path reads modules from sys.modules.
+_modules: list[Any] = []
+"""``[flashinfer, torch]`` once imported."""
+
+
+def _flashinfer_and_torch() -> list[Any]:
+    if not _modules:
+        from fi_patches.internals import flashinfer as fi
+
+        flashinfer = fi.package()
+        import torch
+
+        _modules[:] = [flashinfer, torch]
+    return _modules
+
+
+# Route members as module globals: reading one off the Enum class costs several times more.
+_LOW_LATENCY, _WIDE, _PINNED_CUTE_DSL = Route.LOW_LATENCY, Route.WIDE, Route.PINNED_CUTE_DSL
+_WIDE_LAUNCH = "fi_patches.wide.launch"
+_PINNED_MM = "fi_patches.cute_dsl.pinned_mm"
+
+
+def _module(name: str) -> Any:
+    """The module ``name`` (a route's), imported on its first use."""
+    module = sys.modules.get(name)
+    if module is None:
+        module = importlib.import_module(name)
+    return module
+
+
+def _route_of(key: tuple[Any, ...], torch: Any) -> tuple[Choice, int, int]:
+    """Choose (:func:`choice_for`) and remember the route for ``key``'s shapes."""
+    shape, weight_shape, out_dtype, pins = key[:4]
+    k, n = shape[-1], weight_shape[1]
+    rows = 1
+    for dim in shape[:-1]:
+        rows *= dim
+    found = (choice_for(n, k, rows, out_dtype or torch.bfloat16, pins), rows, n)
+    by_shapes[key] = found
+    return found
 
 
 def mm(
@@ -37,43 +85,64 @@ def mm(
     with 1-D swizzled scales. Returns ``(..., N)`` in ``out_dtype`` (BF16 by default). The stock
     route calls ``mm_mxfp8`` with ``stock_backend``.
     """
-    import torch
-
-    out_dtype = out_dtype or torch.bfloat16
-    flat = x.dim() == 2  # the common case: no reshapes on the hot path
-    a2d = x if flat else x.reshape(-1, x.shape[-1])
-    rows, k = a2d.shape
-    n = weight.shape[1]
-    choice = choice_for(n, k, rows, out_dtype, pins)
+    flashinfer, torch = _modules or _flashinfer_and_torch()
+    shape = x.shape
+    # The route for these shapes under the pins in force: one dict lookup on a key of the
+    # tensors' shapes as they come (resolve.state_key's fields spelled out).
+    key = (
+        shape,
+        weight.shape,
+        out_dtype,
+        pins,
+        _scope_of(),
+        stack._process_version,
+        resolve._generation,
+        default._registered,
+    )
+    found = by_shapes.get(key)
+    if found is None:
+        found = _route_of(key, torch)
+    choice, rows, n = found
+    flat = len(shape) == 2  # the common case: no reshapes on the hot path
+    a2d = x if flat else x.reshape(-1, shape[-1])
     if x_scale is None:
-        a, a_scale = fi.mxfp8_quantize()(a2d, is_sf_swizzled_layout=True)
+        a, a_scale = flashinfer.mxfp8_quantize(a2d, is_sf_swizzled_layout=True)
     else:
         a, a_scale = a2d, x_scale
     route = choice.route
-    if route is Route.LOW_LATENCY:
-        result = fi.mm_mxfp8()(
-            a,
-            weight,
-            a_scale,
-            weight_scale,
-            out=out,
-            out_dtype=out_dtype,
-            backend="cutedsl_low_latency",
-        )
-    elif route is Route.WIDE:
-        from fi_patches.wide.launch import launch_wide
-
+    # out_dtype goes to mm_mxfp8 only when given: its default is BF16 too, and each keyword
+    # passed costs FlashInfer's argument checks time on every call.
+    if route is _LOW_LATENCY:
+        if out_dtype is None:
+            result = flashinfer.mm_mxfp8(
+                a, weight, a_scale, weight_scale, out=out, backend="cutedsl_low_latency"
+            )
+        else:
+            result = flashinfer.mm_mxfp8(
+                a,
+                weight,
+                a_scale,
+                weight_scale,
+                out=out,
+                out_dtype=out_dtype,
+                backend="cutedsl_low_latency",
+            )
+    elif route is _WIDE:
         if out is None:
-            out = torch.empty(rows, n, dtype=out_dtype, device=a.device)
-        result = launch_wide(_wide_kernel(choice), weight.t(), weight_scale, a, a_scale, out)
-    elif route is Route.PINNED_CUTE_DSL:
-        from fi_patches.cute_dsl.pinned_mm import pinned_mm
-
-        result = pinned_mm(
-            a, a_scale, weight, weight_scale, out_dtype=out_dtype, out=out, pins=pins
+            out = torch.empty(rows, n, dtype=out_dtype or torch.bfloat16, device=a.device)
+        kernel = choice.state.get("kernel") or _wide_kernel(choice)
+        launch = (sys.modules.get(_WIDE_LAUNCH) or _module(_WIDE_LAUNCH)).launch_wide
+        result = launch(kernel, weight.t(), weight_scale, a, a_scale, out)
+    elif route is _PINNED_CUTE_DSL:
+        pinned = sys.modules.get(_PINNED_MM) or _module(_PINNED_MM)
+        pinned_mm_with = pinned.pinned_mm_with
+        result = pinned_mm_with(a, a_scale, weight, weight_scale, out_dtype, out, choice.tables)
+    elif out_dtype is None:
+        result = flashinfer.mm_mxfp8(
+            a, weight, a_scale, weight_scale, out=out, backend=stock_backend
         )
     else:
-        result = fi.mm_mxfp8()(
+        result = flashinfer.mm_mxfp8(
             a, weight, a_scale, weight_scale, out=out, out_dtype=out_dtype, backend=stock_backend
         )
-    return result if flat else result.view(*x.shape[:-1], n)
+    return result if flat else result.view(*shape[:-1], n)

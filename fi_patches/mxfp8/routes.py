@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fi_patches.compat.evaluate import on_refresh, status_of
-from fi_patches.pinning.resolve import TableLike, candidate_tables, state_key
+from fi_patches.pinning import resolve, stack
+from fi_patches.pinning.resolve import TableLike, candidate_tables
 from fi_patches.pinning.stack import lookup, lookup_wide
+from fi_patches.pins import default
 
 LOW_LATENCY_MAX_ROWS = 8
 
@@ -44,6 +46,10 @@ class Choice:
 
 _lock = threading.Lock()
 _choices: dict[tuple[Any, ...], Choice] = {}
+by_shapes: dict[tuple[Any, ...], tuple[Choice, int, int]] = {}
+"""``mm``'s hot-path memo: ``(x.shape, weight.shape, out_dtype, pins, *state)`` -> ``(choice,
+rows, n)``, filled through :func:`choice_for` and emptied with it by :func:`forget`."""
+_scope_of = stack._scope.get
 
 
 def _low_latency(n: int, k: int, rows: int, out_dtype: Any) -> Choice | None:
@@ -140,7 +146,19 @@ def choice_for(
 ) -> Choice:
     """The cached route of a problem under the pin tables in force (a hit costs one dict
     lookup; the key changes whenever the tables in force may have)."""
-    key = (n, k, rows, out_dtype, wide_max, state_key(pins))
+    # resolve.state_key(pins), spelled out: a call per projection costs as much as the lookup.
+    key = (
+        n,
+        k,
+        rows,
+        out_dtype,
+        wide_max,
+        pins,
+        _scope_of(),
+        stack._process_version,
+        resolve._generation,
+        default._registered,
+    )
     choice = _choices.get(key)
     if choice is None:
         tables = candidate_tables(pins)
@@ -173,3 +191,4 @@ def forget() -> None:
     """Choose every route again (after pins or features change)."""
     with _lock:
         _choices.clear()
+        by_shapes.clear()

@@ -8,6 +8,7 @@ Any surprise falls back to FlashInfer's own answer and is logged once.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import weakref
 from collections.abc import Sequence
@@ -31,47 +32,105 @@ def _dtype_key(inputs: Sequence[Any]) -> tuple[Any, ...]:
     return (inputs[0].dtype, inputs[1].dtype, out_dtype, len(inputs))
 
 
+def _takes_inputs_and_profile_only(function: Any) -> bool:
+    """Whether ``function``'s parameters are exactly ``(self, inputs, profile)``."""
+    try:
+        params = list(inspect.signature(function).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    return [p.name for p in params] == ["self", "inputs", "profile"] and all(
+        p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD for p in params
+    )
+
+
 def valid_tactics_replacement(target: PinnedRunner) -> Any:
-    """``make(original, gate)`` for the runner class's ``get_valid_tactics``. Everything that is
-    fi_patches' own (reading the active pins and the problem) runs under one guard; FlashInfer's
-    own call is made outside it, so its behaviour, exceptions included, is unchanged."""
+    """``make(original, gate)`` for the runner class's ``get_valid_tactics``.
+
+    Most calls are for a weight without pins, so the wrapper answers those inline: one
+    context-variable read, two dict lookups and the weight's ``shape``, all of fi_patches' own
+    work under one guard (FlashInfer's own call is made outside it, so its behaviour, exceptions
+    included, is unchanged). Where the original takes exactly ``(self, inputs, profile)``
+    (FlashInfer 0.7.x), so does the wrapper, which saves packing ``*args, **kwargs`` on every
+    call; otherwise it passes any extra arguments on.
+    """
     section, weight_inputs, problem_of = target.section, target.weight_inputs, target.problem
+    scope_of = _scope.get
 
     def make(original: Any, gate: Any) -> Any:
+        def stock(self: Any, inputs: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
+            return original(self, inputs, *args, **kwargs)
+
+        def unreadable() -> None:
+            log_once(
+                logger,
+                logging.WARNING,
+                f"problem:{target.class_name}",
+                "fi_patches could not read the problem of %s inputs; offering the stock tactics",
+                target.class_name,
+                exc_info=True,
+            )
+
+        def pinned(self: Any, inputs: Any, group: Any, args: tuple[Any, ...], kwargs: Any) -> Any:
+            """The answer for a weight with pins here: its covering pin, else the stock list."""
+            try:
+                problem = problem_of(inputs, None)
+                entry = covering(group, problem[2]) if problem is not None else None
+            except Exception:
+                unreadable()
+                return stock(self, inputs, args, kwargs)
+            if entry is None or problem is None:
+                return stock(self, inputs, args, kwargs)
+            return _offer(target, entry, problem, original, self, inputs, args, kwargs)
+
+        # The two wrappers share their body; it is written out in each, as a call per
+        # get_valid_tactics would cost as much as the lookup itself.
+        if _takes_inputs_and_profile_only(original):
+
+            @functools.wraps(original)
+            def get_valid_tactics_exact(self: Any, inputs: Any, profile: Any = None) -> Any:
+                try:  # everything of fi_patches' own, attribute reads included
+                    scope = scope_of()
+                    index = scope.with_process() if stack._process_tables else scope.index
+                    group = None
+                    if index is not None:
+                        shapes = index.get(section)
+                        if shapes is not None:
+                            form = weight_inputs.get(len(inputs))
+                            if form is not None:
+                                by = shapes.by_kn if form[1] else shapes.by_nk
+                                group = by.get(inputs[form[0]].shape)
+                    pin_here = group is not None and gate.active
+                except Exception:
+                    unreadable()
+                    pin_here = False
+                if pin_here:
+                    return pinned(self, inputs, group, (profile,), {})
+                return original(self, inputs, profile)
+
+            return get_valid_tactics_exact
+
         @functools.wraps(original)
         def get_valid_tactics(
             self: Any, inputs: Any, profile: Any = None, *args: Any, **kwargs: Any
         ) -> Any:
-            entry = problem = None
-            try:
-                scope = _scope.get()
+            try:  # everything of fi_patches' own, attribute reads included
+                scope = scope_of()
                 index = scope.with_process() if stack._process_tables else scope.index
-                shapes = index.get(section) if index is not None else None
-                if shapes is not None and gate.active:
-                    form = weight_inputs.get(len(inputs))
-                    if form is not None:
-                        weight = inputs[form[0]].shape
-                        group = (shapes.by_kn if form[1] else shapes.by_nk).get(weight)
-                        if group is not None:
-                            problem = problem_of(inputs, None)
-                            if problem is not None:
-                                entry = covering(group, problem[2])
+                group = None
+                if index is not None:
+                    shapes = index.get(section)
+                    if shapes is not None:
+                        form = weight_inputs.get(len(inputs))
+                        if form is not None:
+                            by = shapes.by_kn if form[1] else shapes.by_nk
+                            group = by.get(inputs[form[0]].shape)
+                pin_here = group is not None and gate.active
             except Exception:
-                entry = None
-                log_once(
-                    logger,
-                    logging.WARNING,
-                    f"problem:{target.class_name}",
-                    "fi_patches could not read the problem of %s inputs; offering the stock "
-                    "tactics",
-                    target.class_name,
-                    exc_info=True,
-                )
-            if entry is None or problem is None:  # most calls: an unpinned weight
-                if args or kwargs:
-                    return original(self, inputs, profile, *args, **kwargs)
-                return original(self, inputs, profile)
-            return _offer(target, entry, problem, original, self, inputs, (profile, *args), kwargs)
+                unreadable()
+                pin_here = False
+            if pin_here:
+                return pinned(self, inputs, group, (profile, *args), kwargs)
+            return original(self, inputs, profile, *args, **kwargs)
 
         return get_valid_tactics
 

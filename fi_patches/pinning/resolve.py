@@ -54,7 +54,9 @@ def forget() -> None:
 
 def state_key(pins: object = None) -> tuple[object, ...]:
     """A cheap key that changes whenever ``candidate_tables(pins)`` may change: the explicit
-    table, this context's scope, the process tables and the registered/default table."""
+    table, this context's scope, the process tables, and :func:`forget`'s generation (which
+    ``register_pins`` and ``fi_patches.refresh()`` bump). ``mxfp8.routes.choice_for`` spells
+    the same fields out inline, as its callers pay for every call."""
     return (pins, stack._scope.get(), stack._process_version, _generation, registered_pins())
 
 

@@ -1,0 +1,102 @@
+"""The ``get_valid_tactics`` wrapper keeps the original's signature: exactly ``(self, inputs,
+profile)`` for FlashInfer 0.7.x's runners (no ``*args, **kwargs`` packed per call), and a
+pass-through of extra arguments for a runner that takes more. Both answer the same way."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+from fi_patches.pinning import stack
+from fi_patches.pinning.offers import valid_tactics_replacement
+from fi_patches.pinning.targets import LOW_LATENCY
+from fi_patches.pins import PinTable
+from tests import lowlat
+from tests.mxfp8_inputs import Mxfp8Problem
+
+N, K = lowlat.SHAPE
+
+
+class Gate:
+    active = True
+
+
+def _table(pin):
+    return PinTable.from_mapping(
+        {
+            "meta": {"device": "sm_103", "flashinfer": ">=0.7.0"},
+            "low_latency": [
+                {"n": N, "k": K, "min_rows": 5, "max_rows": 8, "tactic": list(pin)},
+            ],
+        }
+    )
+
+
+@pytest.fixture
+def real_runner(pinning):
+    return lowlat.runner()
+
+
+def _stock_method(runner):
+    return type(runner).get_valid_tactics
+
+
+def test_the_wrapper_of_the_real_runner_takes_exactly_inputs_and_profile(real_runner):
+    original = _stock_method(real_runner)
+    wrapped = valid_tactics_replacement(LOW_LATENCY)(original, Gate())
+    assert list(inspect.signature(wrapped, follow_wrapped=False).parameters) == [
+        "self",
+        "inputs",
+        "profile",
+    ]
+    pin = lowlat.non_split_alternative(N, K, 8)
+    pinned, unpinned = Mxfp8Problem(N, K, 8).runner_inputs(), Mxfp8Problem(K, N, 8).runner_inputs()
+    token = stack.push(_table(pin))
+    try:
+        assert [tuple(t) for t in wrapped(real_runner, pinned, None)] == [pin]
+        assert wrapped(real_runner, unpinned, None) == original(real_runner, unpinned, None)
+        assert wrapped(real_runner, inputs=pinned, profile=None) == [pin]
+        assert [tuple(t) for t in wrapped(real_runner, Mxfp8Problem(N, K, 4).runner_inputs())] == (
+            lowlat.stock(N, K, 4)
+        )  # rows 4 are outside the pinned 5..8
+    finally:
+        stack.pop(token)
+
+
+def test_a_runner_taking_more_arguments_gets_them_passed_on(real_runner):
+    stock = _stock_method(real_runner)
+    seen = []
+
+    def original(self, inputs, profile, extra=None, **options):
+        seen.append((extra, options))
+        return stock(self, inputs, profile)
+
+    wrapped = valid_tactics_replacement(LOW_LATENCY)(original, Gate())
+    assert "args" in inspect.signature(wrapped, follow_wrapped=False).parameters
+    pin = lowlat.non_split_alternative(N, K, 8)
+    pinned, unpinned = Mxfp8Problem(N, K, 8).runner_inputs(), Mxfp8Problem(K, N, 8).runner_inputs()
+    token = stack.push(_table(pin))
+    try:
+        assert wrapped(real_runner, unpinned, None, 1, flag=True) == stock(
+            real_runner, unpinned, None
+        )
+        assert seen[-1] == (1, {"flag": True})
+        assert [tuple(t) for t in wrapped(real_runner, pinned, None, 2)] == [pin]
+    finally:
+        stack.pop(token)
+    assert wrapped(real_runner, pinned, None, 3) == stock(real_runner, pinned, None)
+    assert seen[-1] == (3, {})
+
+
+def test_an_inactive_gate_answers_stock_even_for_a_pinned_weight(real_runner):
+    original = _stock_method(real_runner)
+    gate = Gate()
+    gate.active = False
+    wrapped = valid_tactics_replacement(LOW_LATENCY)(original, gate)
+    pinned = Mxfp8Problem(N, K, 8).runner_inputs()
+    token = stack.push(_table(lowlat.non_split_alternative(N, K, 8)))
+    try:
+        assert wrapped(real_runner, pinned, None) == original(real_runner, pinned, None)
+    finally:
+        stack.pop(token)
