@@ -16,7 +16,7 @@ import sys
 
 TYPE_CHECKING = False  # not typing's: importing typing would cost every interpreter start
 if TYPE_CHECKING:
-    from collections.abc import Callable, Sequence
+    from collections.abc import Callable, Mapping, Sequence
     from importlib.machinery import ModuleSpec
     from types import ModuleType
 
@@ -33,7 +33,7 @@ PTH_LINE = (
 """The one line of ``fi_patches_auto.pth`` (``site`` runs lines that start with ``import``)."""
 
 
-def requested(environ: dict[str, str] | os._Environ[str] | None = None) -> bool:
+def requested(environ: Mapping[str, str] | None = None) -> bool:
     """Whether ``FI_PATCHES_AUTO`` asks for activation at start-up (as the ``.pth`` reads it)."""
     value = (os.environ if environ is None else environ).get(ENV, "0")
     return value not in ("", "0")

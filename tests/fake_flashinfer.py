@@ -67,6 +67,12 @@ TACTICS = [(128, 8, 1, 1), (128, 8, 1, 2), (256, 4, 1, 1)]
 
 def {name}({params}):
     return list(TACTICS)
+
+
+class LowLatencyBlockscaledGemmKernel:
+    @staticmethod
+    def can_implement(problem_sizes_mnkl, *args, **kwargs):
+        return True
 """
 
 _GEMM_BASE = """

@@ -15,10 +15,13 @@ from pathlib import Path
 
 import pytest
 
+import fi_patches.features
 from fi_patches.compat import selfcheck_cache
+from fi_patches.internals import flashinfer as fi
 from tests.conftest import require_release_supports
 
-FEATURES = ("pinned_tactics", "pinned_cute_dsl", "wide_tile")
+FEATURES = tuple(f.name for f in fi_patches.features.FEATURES if f.requires == (fi.FLASHINFER,))
+"""The features whose self-checks run here (the vLLM ones stop earlier, without vLLM)."""
 COMPILED = "compiled wide kernel tile 16"  # fi_patches.wide.compile's log line: a real compile
 
 
@@ -80,7 +83,8 @@ def test_a_cold_process_runs_each_self_check_and_stores_its_outcome(cold):
         data = json.loads(path.read_text())
         assert data["key"]["feature"] == name
         assert data["key"]["device"]["arch"] == "sm_103"
-        assert set(data["key"]["versions"]) == {"flashinfer-python", "nvidia-cutlass-dsl", "torch"}
+        assert set(data["key"]["versions"]) == set(selfcheck_cache.DISTRIBUTIONS)
+        assert {"flashinfer-python", "nvidia-cutlass-dsl", "torch"} <= set(data["key"]["versions"])
         assert data["passed"] is records[name][0]
         assert data["passed"] is (data["outcome"] is None)
         if not data["passed"]:
@@ -107,7 +111,8 @@ def test_a_corrupt_file_is_rebuilt_and_a_file_of_another_key_is_not_trusted(cold
     records, log = doctor(warm)
     assert f"self-check cache {broken} is unreadable" in log
     assert f"self-check cache {foreign} does not match this key" in log
-    assert stored(log) == {"wide_tile", "pinned_tactics"} and reused(log) == {"pinned_cute_dsl"}
+    assert stored(log) == {"wide_tile", "pinned_tactics"}
+    assert reused(log) == set(FEATURES) - {"wide_tile", "pinned_tactics"}
     assert COMPILED in log
     assert records == cold[1]
     assert json.loads(broken.read_text())["passed"] is records["wide_tile"][0]

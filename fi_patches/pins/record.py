@@ -11,17 +11,28 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fi_patches.features import FEATURES
+from fi_patches.internals.flashinfer import MXFP8_OP
 from fi_patches.pins.table import PinTable
 
-MXFP8_OPS = ("mxfp8_gemm", "fi_patches_wide_mxfp8_gemm")
+_RECORDED: dict[tuple[str, str], str] = {
+    **{
+        (MXFP8_OP, runner.class_name): runner.section
+        for feature in FEATURES
+        for runner in feature.runners
+        if not runner.silenced
+    },
+    **{(op, cls): section for feature in FEATURES for op, cls, section in feature.recorded},
+}
+"""``(custom op, runner class) -> pin-table section`` of every tuned runner whose cached
+winners become pins, as the features declare them (a silenced runner's tactics are of another
+form and are never recorded)."""
+
+MXFP8_OPS = tuple(dict.fromkeys(op for op, _ in _RECORDED))
 """``mm_mxfp8``'s custom op, and the one fi_patches' wide runner is tuned under."""
 
-# FlashInfer runner class -> pin-table section (the wide runner is fi_patches' own).
-SECTION_OF_RUNNER = {
-    "CutedslLowLatencyBlockscaledGemmRunner": "low_latency",
-    "CuteDSLMxfp8GemmRunner": "cute_dsl",
-    "WideLowLatencyGemmRunner": "wide",
-}
+SECTION_OF_RUNNER = {cls: section for (_, cls), section in _RECORDED.items()}
+"""Runner class -> the pin-table section its winners are recorded in."""
 
 
 class TunerCacheError(ValueError):

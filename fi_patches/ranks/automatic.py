@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from fi_patches._logging import get_logger, log_once
-from fi_patches.internals import tune_group as _upstream
+from fi_patches.internals import tune_group
 from fi_patches.patching import AttributePatch, PatchSet
 from fi_patches.patching.patch import Gate
 from fi_patches.pinning.installation import Installation
@@ -36,7 +36,7 @@ def guard_before_tuning(group: Any) -> None:
     if mode == "off":
         return
     try:
-        run_guard(group, mode, DEFAULT_TIMEOUT, _upstream.SET_GROUP)
+        run_guard(group, mode, DEFAULT_TIMEOUT, tune_group.SET_GROUP)
     except RankMismatchError:
         if mode == "raise":
             raise
@@ -62,7 +62,7 @@ def _guarded_setter(original: Callable[..., Any], gate: Gate) -> Callable[..., A
 
 
 def _build() -> PatchSet:
-    reason = _upstream.first_failure(_upstream.GUARD_PROBES)
+    reason = tune_group.first_failure(tune_group.GUARD_PROBES)
     if reason is not None:
         log_once(
             logger,
@@ -73,8 +73,8 @@ def _build() -> PatchSet:
         )
         return PatchSet([])
     patches: list[Any] = [
-        AttributePatch(owner, _upstream.SET_GROUP, _guarded_setter)
-        for owner in _upstream.setter_owners()
+        AttributePatch(owner, tune_group.SET_GROUP, _guarded_setter)
+        for owner in tune_group.setter_owners()
     ]
     if settings.tuning_detector_requested():
         from fi_patches.ranks.tuning import detector_patches

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from fi_patches._logging import get_logger, log_once
-from fi_patches.internals import tune_group as _upstream
+from fi_patches.internals import tune_group
 from fi_patches.patching import AttributePatch
 from fi_patches.patching.patch import Gate
 from fi_patches.ranks.exchange import ExchangeTimeout, GroupView, all_gather, group_view
@@ -55,7 +55,7 @@ class TacticDivergenceError(RankMismatchError):
 _context = threading.local()
 
 
-def _payload(call: _upstream.CandidateGateCall) -> bytes:
+def _payload(call: tune_group.CandidateGateCall) -> bytes:
     runners: Sequence[str] = getattr(_context, "runners", ())
     same_op = getattr(_context, "op", None) == call.op
     known = same_op and call.runner_index < len(runners)
@@ -69,7 +69,7 @@ def _payload(call: _upstream.CandidateGateCall) -> bytes:
         entry["skip"] = "a rank failed to prepare this runner (FlashInfer coordinates that)"
         return json.dumps(entry).encode()
     try:
-        tactics = [_upstream.tactic_json(t) for t in call.selection]
+        tactics = [tune_group.tactic_json(t) for t in call.selection]
         text = json.dumps(tactics, sort_keys=True, separators=(",", ":"), allow_nan=False)
     except Exception as exc:
         entry["skip"] = f"a candidate list is not representable ({type(exc).__name__})"
@@ -112,10 +112,10 @@ def divergence_message(view: GroupView, entries: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def check_candidates(call: _upstream.CandidateGateCall) -> None:
+def check_candidates(call: tune_group.CandidateGateCall) -> None:
     """Compare this gate's candidate list across the tune group; raises on a difference or a
     missing rank, logs (once) and returns on anything else."""
-    group = _upstream.tune_group()
+    group = tune_group.tune_group()
     if group is None:
         return
     try:
@@ -155,7 +155,7 @@ def _operation_gate(original: Callable[..., Any], gate: Gate) -> Callable[..., A
     def check_phase(*args: Any, **kwargs: Any) -> Any:
         if gate.active:
             try:
-                operation = _upstream.operation_gate_call(args, kwargs)
+                operation = tune_group.operation_gate_call(args, kwargs)
             except Exception:
                 operation = None
             if operation is not None:
@@ -171,7 +171,7 @@ def _prepare_inputs(original: Callable[..., Any], gate: Gate) -> Callable[..., A
     def prepare(self: Any, profile: Any, *args: Any, **kwargs: Any) -> Any:
         if gate.active:
             try:
-                _context.bucket = _upstream.profile_shapes(profile)
+                _context.bucket = tune_group.profile_shapes(profile)
             except Exception:
                 _context.bucket = None
         return original(self, profile, *args, **kwargs)
@@ -184,7 +184,7 @@ def _candidate_gate(original: Callable[..., Any], gate: Gate) -> Callable[..., A
     def sync(*args: Any, **kwargs: Any) -> Any:
         if gate.active:
             try:
-                call = _upstream.candidate_gate_call(args, kwargs)
+                call = tune_group.candidate_gate_call(args, kwargs)
             except Exception:
                 call = None
             if call is not None:
@@ -197,7 +197,7 @@ def _candidate_gate(original: Callable[..., Any], gate: Gate) -> Callable[..., A
 def detector_patches() -> list[AttributePatch]:
     """The detector's patches on FlashInfer's tuner, or none (logged once) when an internal
     it needs is missing here."""
-    reason = _upstream.first_failure(_upstream.DETECTOR_PROBES)
+    reason = tune_group.first_failure(tune_group.DETECTOR_PROBES)
     if reason is not None:
         log_once(
             logger,
@@ -207,10 +207,10 @@ def detector_patches() -> list[AttributePatch]:
             reason,
         )
         return []
-    module = _upstream.tuner_module()
-    prepare = _upstream.PREPARE_INPUTS.split(".")[1]
+    module = tune_group.tuner_module()
+    prepare = tune_group.PREPARE_INPUTS.split(".")[1]
     return [
-        AttributePatch(module, _upstream.OPERATION_GATE, _operation_gate),
-        AttributePatch(module, _upstream.CANDIDATE_GATE, _candidate_gate),
-        AttributePatch(_upstream.tuner_class(), prepare, _prepare_inputs),
+        AttributePatch(module, tune_group.OPERATION_GATE, _operation_gate),
+        AttributePatch(module, tune_group.CANDIDATE_GATE, _candidate_gate),
+        AttributePatch(tune_group.tuner_class(), prepare, _prepare_inputs),
     ]
