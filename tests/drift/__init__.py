@@ -10,7 +10,7 @@ out of FlashInfer's way.
   ``fi_patches.auto`` and ``mxfp8.mm``) and records; ``snapshot.py``: FlashInfer's namespaces by
   identity; ``verdict.py``: the rules a case's record must meet, against the baseline;
 * ``conftest.py``: one run per session and the coverage line
-  (``drift: 38 internals, 121 mutations, 121 cases, all clean``).
+  (``drift: <n> internals, <m> mutations, <m> cases, all clean``).
 
 ``python -m pytest tests/drift -k autotune_tactics-removed`` runs one case;
 ``python -m tests.drift --inline autotune_tactics-removed`` runs it in this process.

@@ -41,8 +41,19 @@ ROUTE_FEATURES = {
 LOW_LATENCY_RUNNER = "low_latency_runner"
 """The key of the low-latency runner factory, whose runner the checks ask for tactics."""
 
-ENV = {"FI_PATCHES_DEVICE": "sm_103"}
-CLEARED_ENV = ("FI_PATCHES_PINS", "FI_PATCHES_ALLOW_UNVERIFIED", "FI_PATCHES_AUTO")
+ENV = {"FI_PATCHES_DEVICE": "sm_103", "FI_PATCHES_CACHE_DIR": "off"}
+"""What every case runs with (after every variable fi_patches reads is cleared): the target
+device, and no self-check cache. A mutation in place changes no file, so a cached outcome of the
+unbroken FlashInfer would be served where the self-check must run again."""
+
+
+def set_environment() -> None:
+    """Clear every variable fi_patches reads, then set :data:`ENV`."""
+    from fi_patches import _env
+
+    for variable in _env.VARIABLES:
+        os.environ.pop(variable.name, None)
+    os.environ.update(ENV)
 
 
 def as_json(value: Any) -> Any:
@@ -210,9 +221,7 @@ def _mm(rows: int, table: str) -> dict[str, Any]:
 def run(key: str | None, mutation: str | None, table: str) -> dict[str, Any]:
     """Run one case (``key`` None: the baseline) in this process; returns the observation."""
     started = time.monotonic()
-    for name in CLEARED_ENV:
-        os.environ.pop(name, None)
-    os.environ.update(ENV)
+    set_environment()
     obs: dict[str, Any] = {"case": key and f"{key}-{mutation}", "simulation": simulate()}
     obs["version"] = importlib.import_module("flashinfer").__version__
     tuner = _tuner()

@@ -1,5 +1,5 @@
 """Runs the selected drift cases once per session, on parallel zygotes, and prints the coverage
-line (``drift: 36 internals, 115 mutations, 115 cases, all clean``) in the terminal summary; the
+line (``drift: <n> internals, <m> mutations, <m> cases, all clean``) in the terminal summary; the
 line also goes to ``$DRIFT_REPORT`` if set, else ``.pytest_cache/d/drift/coverage.txt``, beside
 every observation (``results.json``)."""
 
@@ -60,20 +60,16 @@ class Drift:
         failed = [c.id for c in self.cases if self.verdicts.get(c.id)]
         absent = [c.id for c in self.cases if "not_applicable" in self.observation(c.id)]
         unjudged = [c.id for c in self.cases if c.id not in self.verdicts and c.id not in absent]
-        parts = []
+        absent_note = f" ({len(absent)} not applicable: absent here)" if absent else ""
+        if not failed and not unjudged:
+            return f"{head}, all clean{absent_note}"
+        parts = [f"{ran - len(failed) - len(absent) - len(unjudged)} clean"]
         if failed:
             shown = ", ".join(failed[:5]) + (", ..." if len(failed) > 5 else "")
             parts.append(f"{len(failed)} failed ({shown})")
-        if absent:
-            parts.append(
-                f"{len(absent)} not applicable (absent in FlashInfer {self.results.version})"
-            )
         if unjudged:
             parts.append(f"{len(unjudged)} not judged")
-        if not parts:
-            return f"{head}, all clean"
-        clean = ran - len(failed) - len(absent) - len(unjudged)
-        return f"{head}, {clean} clean, " + ", ".join(parts)
+        return f"{head}, {', '.join(parts)}{absent_note}"
 
 
 _DRIFT = pytest.StashKey[Drift]()

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import importlib
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-from tests.drift.child import ENV, PINNED_ROWS, K, N, as_json, offered, simulate
+from tests.drift.child import PINNED_ROWS, K, N, as_json, offered, set_environment, simulate
 
 
 def _low_latency() -> list[dict[str, Any]]:
@@ -41,7 +40,7 @@ def make_table(path: Path) -> dict[str, Any]:
     low-latency pin for 5..8 rows, a wide pin for tile 32 and a cute-dsl pin for 65..128 rows,
     each a tactic FlashInfer (or the wide enumerator) lists, but not its default. A section this
     release cannot list (an old release without the runner) is left out, with the reason."""
-    os.environ.update(ENV)
+    set_environment()
     simulate()
     table: dict[str, Any] = {
         "meta": {"device": "sm_103", "flashinfer": ">=0.7.0", "note": "drift suite"}

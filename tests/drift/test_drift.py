@@ -37,7 +37,7 @@ def test_a_broken_internal_disables_its_features_and_nothing_else(drift, case: C
     observation = drift.observation(case.id)
     if "not_applicable" in observation:
         pytest.skip(
-            f"absent in FlashInfer {drift.results.version}: {observation['not_applicable']}"
+            f"absent here (FlashInfer {drift.results.version}): {observation['not_applicable']}"
         )
     found = drift.judge(case)
     assert not found, f"{case.id} ({observation.get('applied')}):\n- " + "\n- ".join(found)
