@@ -37,6 +37,7 @@ CONTROLLED_ENV = (
     "FI_PATCHES_DEVICE",
     "FI_PATCHES_ALLOW_UNVERIFIED",
     "FI_PATCHES_PINS",
+    "FI_PATCHES_CACHE_DIR",
     SIMULATE_ENV,
     "PYTHONPATH",
 )
@@ -190,6 +191,9 @@ def cell_env(cell: Cell, extra: Mapping[str, str] | None = None) -> dict[str, st
     """The environment a cell's processes run with: the outer one minus the variables that
     steer fi_patches (each run sets its own) and ``PYTHONPATH``."""
     env = {k: v for k, v in os.environ.items() if k not in CONTROLLED_ENV}
+    # Fresh verdicts in every run: a self-check outcome cached by one of the cell's tests (under
+    # the tests' device simulation) must not answer the cell's doctor run.
+    env["FI_PATCHES_CACHE_DIR"] = "off"
     env.update(extra or {})
     return env
 

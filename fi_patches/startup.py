@@ -124,8 +124,8 @@ def install() -> None:
     """Activate the default pins when FlashInfer is imported (at once if it already is).
     Idempotent; never raises, as it runs at interpreter start."""
     try:
-        if any(isinstance(f, _Finder) for f in sys.meta_path):
-            return
+        if any(_is_ours(f) for f in sys.meta_path):
+            return  # the .pth line ran again (two site directories, two copies of the package)
         finder = _Finder(TARGET, _activate)
         module = sys.modules.get(TARGET)
         if module is not None:
@@ -140,14 +140,20 @@ def install() -> None:
         )
 
 
+def _is_ours(finder: object) -> bool:
+    """A start-up finder of fi_patches, of this copy of the module or of another one."""
+    kind = type(finder)
+    return kind.__name__ == _Finder.__name__ and kind.__module__ == _Finder.__module__
+
+
 def remove() -> None:
     """Take the start-up finder off ``sys.meta_path`` (if it is there). A new list replaces
     the old one, so an import that another thread is resolving over the old list meanwhile
     skips no finder."""
-    if any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path = [f for f in sys.meta_path if not isinstance(f, _Finder)]
+    if any(_is_ours(f) for f in sys.meta_path):
+        sys.meta_path = [f for f in sys.meta_path if not _is_ours(f)]
 
 
 def pending() -> bool:
     """Whether the start-up finder still waits for ``import flashinfer``."""
-    return any(isinstance(f, _Finder) for f in sys.meta_path)
+    return any(_is_ours(f) for f in sys.meta_path)

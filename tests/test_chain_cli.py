@@ -19,6 +19,16 @@ from fi_patches.cli.progress import PlainCounter, progress
 from fi_patches.pins.table import PinTable
 from tests.chain_helpers import CostTimer, cpu_only
 
+
+def _installed() -> str:
+    from fi_patches.compat.installed import installed_flashinfer
+
+    return installed_flashinfer().version_text or "0"
+
+
+HERE = _installed()
+"""The installed FlashInfer release: recordings made here name it, as `tune` records them."""
+
 CHAIN = """
 [chain]
 name = "test-chain"
@@ -88,7 +98,7 @@ def record(chain, path, isolated=False):
     plan = build_plan(spec, sm_version=103)
     recorder = RecordingTimer(CostTimer(model, noise=0.001, seed=1))
     results = tune(plan, recorder, spec.settings, isolated=isolated)
-    recorder.save(path, device="sm_103", flashinfer="0.7.4")
+    recorder.save(path, device="sm_103", flashinfer=HERE)
     return results
 
 
@@ -118,7 +128,7 @@ def test_tune_selects_from_recorded_measurements_and_pins_check_passes(
     printed = capsys.readouterr().out
     assert f"wrote {out} (" in printed and "pins.provenance.json" in printed
     table = PinTable.from_file(out)
-    assert table.meta.device == "sm_103" and str(table.meta.flashinfer) == "==0.7.4"
+    assert table.meta.device == "sm_103" and str(table.meta.flashinfer) == f"=={HERE}"
     assert "tuned in the chain test-chain" in table.meta.note
     assert "provenance in pins.provenance.json" in table.meta.note
     assert table.meta.source.startswith("python -m fi_patches tune --chain")
@@ -196,7 +206,7 @@ def test_current_pins_win_ties(both, chain, tmp_path):
     results = tune(plan, recorder, spec.settings)
     assert results[0].chosen["low_latency 6144x1536"] == other
     assert results[0].final_step("low_latency 6144x1536").rule == "current pin"
-    recorder.save(timings, device="sm_103", flashinfer="0.7.4")
+    recorder.save(timings, device="sm_103", flashinfer=HERE)
     out = tmp_path / "pins.toml"
     assert run_tune(chain, out, timings, "--pins", str(pins)) == 0
     assert PinTable.from_file(out).low_latency_tactic(6144, 1536, 8) == other
