@@ -4,7 +4,6 @@ this project's wheel (built offline) into a temp venv."""
 
 from __future__ import annotations
 
-import ast
 import json
 import os
 import subprocess
@@ -286,6 +285,11 @@ def test_with_the_variable_the_hook_imports_nothing_heavy_until_flashinfer(
     installed_python, tmp_path
 ):
     flashinfer_or_skip()
+    if os.environ.get("FI_PATCHES_SIMULATE_DEVICE_PROPERTIES") == "1":
+        pytest.skip(
+            "a simulated-import cell replays its base's start-up files in the wheel venv, so the "
+            "hook's finder is installed from two places there; a real host has one"
+        )
     code = (
         "import sys; heavy = ('wrapt', 'asyncio', 'importlib.metadata', 'torch', 'flashinfer', "
         "'fi_patches.activation', 'fi_patches.compat'); "
@@ -300,9 +304,7 @@ def test_with_the_variable_the_hook_imports_nothing_heavy_until_flashinfer(
     assert result.returncode == 0, result.stderr
     before, waiting, after, loader = result.stdout.strip().splitlines()
     assert before == "[]"
-    # the start-up finder waits for flashinfer (a simulated-import cell's environment replays
-    # the .pth twice; the finder stays one kind)
-    assert set(ast.literal_eval(waiting)) == {"_Finder"}
+    assert waiting == "['_Finder']"  # the start-up finder waits for flashinfer
     assert after == "[]"  # and leaves once it fired
     assert loader == "SourceFileLoader True False"  # FlashInfer's own loader; wrapt never loaded
 
