@@ -285,18 +285,13 @@ def test_with_the_variable_the_hook_imports_nothing_heavy_until_flashinfer(
     installed_python, tmp_path
 ):
     flashinfer_or_skip()
-    if os.environ.get("FI_PATCHES_SIMULATE_DEVICE_PROPERTIES") == "1":
-        pytest.skip(
-            "a simulated-import cell replays its base's start-up files in the wheel venv, so the "
-            "hook's finder is installed from two places there; a real host has one"
-        )
     code = (
         "import sys; heavy = ('wrapt', 'asyncio', 'importlib.metadata', 'torch', 'flashinfer', "
         "'fi_patches.activation', 'fi_patches.compat'); "
         "print(sorted(m for m in sys.modules if m.startswith(heavy))); "
-        "print([type(f).__name__ for f in sys.meta_path if type(f).__module__.startswith('fi_patches')]); "
+        "print([type(f).__name__ for f in sys.meta_path if type(f).__module__ == 'fi_patches.startup']); "
         "import flashinfer; "
-        "print([type(f).__name__ for f in sys.meta_path if type(f).__module__.startswith('fi_patches')]); "
+        "print([type(f).__name__ for f in sys.meta_path if type(f).__module__ == 'fi_patches.startup']); "
         "print(type(flashinfer.__loader__).__name__, flashinfer.__spec__.loader is flashinfer.__loader__, "
         "'wrapt' in sys.modules)"
     )
