@@ -43,8 +43,6 @@ class Installed:
         return self.version_text or "unknown version"
 
 
-InstalledFlashInfer = Installed
-
 _lock = threading.RLock()
 """Re-entrant: importing FlashInfer here runs its post-import hooks (``fi_patches.auto``), which
 ask for the installed FlashInfer again on this thread."""
