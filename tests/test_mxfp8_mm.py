@@ -175,3 +175,31 @@ def test_mm_matches_a_float32_reference_on_blackwell():
         torch_.testing.assert_close(
             got, ref, rtol=1e-2, atol=1e-3 * float(ref.abs().max()), msg=f"rows={rows}"
         )
+
+
+@pytest.mark.simulated
+def test_pins_turned_off_by_the_rank_guard_route_every_call_stock(table):
+    import fi_patches
+    from fi_patches.pinning import stack
+    from fi_patches.pins import register_pins
+    from fi_patches.ranks.guard import disable_pins
+
+    def routes() -> list[Route]:
+        with fi_patches.pinned_tactics(table):
+            in_block = explain(N, K, 20).route
+        return [explain(N, K, 20, pins=table).route, in_block, explain(N, K, 100).route]
+
+    register_pins(table)  # the default table, as FI_PATCHES_PINS would be
+    try:
+        assert routes() == [Route.WIDE, Route.WIDE, Route.PINNED_CUTE_DSL]
+        with fi_patches.pinned_tactics(table):
+            assert explain(N, K, 20).route is Route.WIDE  # cached inside an open block
+            disable_pins("ranks disagree")  # what rank_guard(on_mismatch="disable") does
+            assert explain(N, K, 20).route is Route.STOCK
+        # Explicit, block and default pins alike, cached routes included.
+        assert routes() == [Route.STOCK] * 3
+        stack.resume()
+        assert routes() == [Route.WIDE, Route.WIDE, Route.PINNED_CUTE_DSL]
+    finally:
+        stack.resume()
+        register_pins(None)

@@ -28,11 +28,18 @@ _memo: dict[tuple[Any, ...], tuple[PinTable, ...]] = {}
 
 def candidate_tables(pins: TableLike | None) -> tuple[PinTable, ...]:
     """The tables to consult, in priority order, dropping (and logging once) a table chosen on
-    another device or release, and a bad default table. Memoized on what they depend on (the
-    active tables, ``FI_PATCHES_PINS``, the registered table), as hot paths ask on every call;
-    ``fi_patches.refresh()`` forgets it."""
+    another device or release, and a bad default table; none at all while pins are suspended.
+    Memoized on what they depend on (the active tables, ``FI_PATCHES_PINS``, the registered
+    table, the suspension), as hot paths ask on every call; ``fi_patches.refresh()`` forgets
+    it."""
     if pins is None or isinstance(pins, PinTable):
-        key = (pins, stack.active_tables(), _env.get(_env.PINS), registered_pins())
+        key = (
+            pins,
+            stack.active_tables(),
+            _env.get(_env.PINS),
+            registered_pins(),
+            stack.suspended(),
+        )
         found = _memo.get(key)
         if found is None:
             found = _memo[key] = _candidate_tables(pins)
@@ -69,6 +76,8 @@ def _vetted(table: PinTable) -> bool:
 
 
 def _candidate_tables(pins: TableLike | None) -> tuple[PinTable, ...]:
+    if stack.suspended() is not None:
+        return ()  # pins are off in this process (the rank guard's "disable"), given ones too
     if pins is not None:
         explicit = as_table(pins)
         return (explicit,) if _vetted(explicit) else ()

@@ -104,7 +104,8 @@ _process_lock = threading.Lock()
 _process_tables: tuple[PinTable, ...] = ()
 _process_version = 0
 """Bumped whenever the tables of a scope already in use change: process tables added or
-removed, or a block left (callers cache on it, with the scope, through ``resolve.state_key``)."""
+removed, a block left, pins suspended or resumed (callers cache on it, with the scope, through
+``resolve.state_key``)."""
 _suspended: str | None = None
 
 
@@ -218,13 +219,18 @@ def suspend(reason: str) -> None:
     """Turn pins off in every thread and context until :func:`resume`: open blocks' tables stop
     counting, and new ``pinned_tactics()`` blocks and ``fi_patches.auto`` pin nothing. The rank
     guard uses this so that every rank ends with the same (stock) candidate lists."""
-    global _suspended
-    _suspended = reason
+    global _suspended, _process_version
+    with _process_lock:
+        _suspended = reason
+        _process_version += 1  # what callers cached on the scope no longer holds
 
 
 def resume() -> None:
-    global _suspended
-    _suspended = None
+    global _suspended, _process_version
+    with _process_lock:
+        if _suspended is not None:
+            _suspended = None
+            _process_version += 1
 
 
 def suspended() -> str | None:
