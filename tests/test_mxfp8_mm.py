@@ -94,13 +94,13 @@ def test_mm_hands_each_route_its_pinned_tactic(table, monkeypatch):
 
     monkeypatch.setattr(TunableRunner, "__call__", call)
     launched = []
-    original_launch = wide_launch.launch_wide
+    original_launch = wide_launch.LaunchPlan.run_column_major
 
-    def launch(kernel, *args, **kwargs):
-        launched.append((kernel.tile, tuple(kernel.tactic)))
-        return original_launch(kernel, *args, **kwargs)
+    def launch(plan, *args, **kwargs):
+        launched.append((plan.kernel.tile, tuple(plan.kernel.tactic)))
+        return original_launch(plan, *args, **kwargs)
 
-    monkeypatch.setattr(wide_launch, "launch_wide", launch)
+    monkeypatch.setattr(wide_launch.LaunchPlan, "run_column_major", launch)
     for rows in (4, 20, 100):
         t = Mxfp8Problem(N, K, rows).tensors()
         with pytest.raises(Exception, match="CUDA"):

@@ -94,3 +94,35 @@ def test_launch_checks_name_the_bad_input(
     kernel = compile_wide(32, default_tactic(), arch="sm_103a")
     with pytest.raises(ValueError, match=needle):
         check_launch_inputs(kernel, t["weight"], t["weight_scale"], t["a"], t["a_scale"], t["out"])
+
+
+def test_a_launch_plan_is_made_once_per_shape_and_checks_each_call(
+    inputs: dict[str, Any],
+) -> None:
+    from fi_patches.wide.launch import launch_plan
+
+    kernel = compile_wide(32, default_tactic(), arch="sm_103a")
+    plan = launch_plan(kernel, N, 20, K)
+    assert launch_plan(kernel, N, 20, K) is plan
+    assert launch_plan(kernel, N, 21, K) is not plan
+    t = inputs["make"](20)
+    # The same checks with the weight as mm_mxfp8 takes it (the (K, N) view, no transpose).
+    with pytest.raises(ValueError, match="CUDA tensors"):
+        plan.run_column_major(t["weight"].t(), t["weight_scale"], t["a"], t["a_scale"], t["out"])
+    with pytest.raises(ValueError, match="column-major"):
+        plan.run_column_major(
+            t["weight"].t().contiguous(), t["weight_scale"], t["a"], t["a_scale"], t["out"]
+        )
+    other = inputs["make"](21)  # the tensors of another shape than the plan's
+    with pytest.raises(ValueError, match=r"a must be \(rows, K\) = \(20, 1536\)"):
+        plan.run(t["weight"], t["weight_scale"], other["a"], other["a_scale"], t["out"])
+
+
+def test_a_shape_the_kernel_cannot_run_has_no_plan(inputs: dict[str, Any]) -> None:
+    from fi_patches.wide.compile import WideConfigError
+    from fi_patches.wide.launch import launch_plan
+
+    kernel = compile_wide(16, default_tactic(), arch="sm_103a")
+    with pytest.raises(WideConfigError, match="rows=20"):
+        launch_plan(kernel, N, 20, K)  # 20 rows exceed tile 16 with standard scales
+    assert (N, 20, K, False) not in kernel.plans

@@ -23,6 +23,14 @@ def _wide_kernel(choice: Choice) -> Any:
     return kernel
 
 
+def _wide_plan(choice: Choice, n: int, rows: int, k: int) -> Any:
+    """The wide route's launch plan for its shape (the kernel compiled on first use)."""
+    from fi_patches.wide.launch import launch_plan
+
+    plan = choice.state["plan"] = launch_plan(_wide_kernel(choice), n, rows, k)
+    return plan
+
+
 # An ``import`` statement per call costs as much as the route lookup (a ``from`` import of a
 # submodule, several times it), so the hot path reads modules from sys.modules.
 _modules: list[Any] = []
@@ -42,7 +50,6 @@ def _flashinfer_and_torch() -> list[Any]:
 
 # Route members as module globals: reading one off the Enum class costs several times more.
 _LOW_LATENCY, _WIDE, _PINNED_CUTE_DSL = Route.LOW_LATENCY, Route.WIDE, Route.PINNED_CUTE_DSL
-_WIDE_LAUNCH = "fi_patches.wide.launch"
 _PINNED_MM = "fi_patches.cute_dsl.pinned_mm"
 
 
@@ -130,9 +137,9 @@ def mm(
     elif route is _WIDE:
         if out is None:
             out = torch.empty(rows, n, dtype=out_dtype or torch.bfloat16, device=a.device)
-        kernel = choice.state.get("kernel") or _wide_kernel(choice)
-        launch = (sys.modules.get(_WIDE_LAUNCH) or _module(_WIDE_LAUNCH)).launch_wide
-        result = launch(kernel, weight.t(), weight_scale, a, a_scale, out)
+        # The shape's plan was checked once; the weight goes in mm_mxfp8's (K, N) view as is.
+        plan = choice.state.get("plan") or _wide_plan(choice, n, rows, shape[-1])
+        result = plan.run_column_major(weight, weight_scale, a, a_scale, out)
     elif route is _PINNED_CUTE_DSL:
         pinned = sys.modules.get(_PINNED_MM) or _module(_PINNED_MM)
         pinned_mm_with = pinned.pinned_mm_with

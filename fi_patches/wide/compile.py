@@ -47,6 +47,8 @@ class WideKernel:
     cubin: bytes | None
     compile_seconds: float
     _host_ir: str | None = field(default=None, repr=False)
+    plans: dict[Any, Any] = field(default_factory=dict, repr=False)
+    """Launch plans by problem shape (:func:`fi_patches.wide.launch.launch_plan`)."""
 
     @property
     def tile(self) -> int:

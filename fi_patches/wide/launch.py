@@ -81,13 +81,179 @@ SCALE_TORCH = ("uint8", "float8_e8m0fnu")
 OUT_TORCH = {"BFloat16": "bfloat16", "Float16": "float16", "Float32": "float32"}
 
 
-def _dtype_name(tensor: Any) -> str:
-    return str(tensor.dtype).removeprefix("torch.")
-
-
 def _require(condition: bool, message: str) -> None:
     if not condition:
         raise ValueError(message)
+
+
+_runtime: list[Any] = []
+"""``[torch, cuda.bindings.driver, make_ptr, gmem]`` once imported: an import statement per
+launch costs more than the checks."""
+
+
+def _launch_runtime() -> list[Any]:
+    if not _runtime:
+        import cuda.bindings.driver as cuda_driver
+        import cutlass.cute as cute
+        import torch
+        from cutlass.cute.runtime import make_ptr
+
+        _runtime[:] = [torch, cuda_driver, make_ptr, cute.AddressSpace.gmem]
+    return _runtime
+
+
+class LaunchPlan:
+    """A compiled wide kernel on one problem shape ``(N, rows, K)``. What the shape decides
+    (the tile contract, the scale sizes, the kernel's integer arguments) is checked once when
+    the plan is made; :meth:`run` checks what each call's tensors can change (their shapes,
+    types, layouts, devices and alignment) and launches."""
+
+    __slots__ = (
+        "_args",
+        "_dtypes",
+        "_types",
+        "k",
+        "kernel",
+        "n",
+        "need_a",
+        "need_w",
+        "out_dtype",
+        "rows",
+    )
+
+    def __init__(self, kernel: WideKernel, n: int, rows: int, k: int, per_cta: bool) -> None:
+        import torch
+
+        _require(kernel.key.dtypes.sf_vec == 32, "launch_wide runs MXFP8 kernels only")
+        reason = invalid_reason(
+            (n, rows, k, 1),
+            kernel.tile,
+            kernel.tactic,
+            kernel.key.dtypes,
+            sfb_per_cta_packed=per_cta,
+            arch=kernel.arch,
+        )
+        if reason is not None:
+            raise WideConfigError(f"{kernel.key} cannot run N={n} rows={rows} K={k}: {reason}")
+        self.kernel, self.n, self.rows, self.k = kernel, n, rows, k
+        self.need_w = standard_scale_elements(n, k)
+        self.need_a = (
+            per_cta_scale_elements(rows, k, kernel.tile)
+            if per_cta
+            else standard_scale_elements(rows, k)
+        )
+        self.out_dtype = getattr(torch, OUT_TORCH[kernel.key.dtypes.c])
+        # (fp8, scale types): dtype objects, compared per call (their names cost more).
+        self._dtypes = (
+            getattr(torch, FP8_TORCH),
+            tuple(getattr(torch, name) for name in SCALE_TORCH),
+        )
+        self._types: tuple[Any, ...] = ()
+        self._args: tuple[Any, ...] = ()
+
+    def check(self, weight: Any, weight_scale: Any, a: Any, a_scale: Any, out: Any) -> None:
+        """Raise ValueError naming the first input this plan cannot run; ``weight`` is the
+        ``(N, K)`` row-major weight."""
+        _require(
+            tuple(weight.shape) == (self.n, self.k) and weight.is_contiguous(),
+            f"weight must be row-major (K-major) contiguous (N, K) = {(self.n, self.k)}",
+        )
+        self._check_rest(weight, weight_scale, a, a_scale, out)
+
+    def _check_rest(self, weight: Any, weight_scale: Any, a: Any, a_scale: Any, out: Any) -> None:
+        _require(
+            tuple(a.shape) == (self.rows, self.k), f"a must be (rows, K) = {self.rows, self.k}"
+        )
+        fp8, scale_types = self._dtypes
+        for name, tensor in (("weight", weight), ("a", a)):
+            _require(tensor.dtype == fp8, f"{name} must be {FP8_TORCH}")
+        _require(a.is_contiguous(), "a must be row-major (K-major) contiguous")
+        for name, tensor in (("weight_scale", weight_scale), ("a_scale", a_scale)):
+            _require(tensor.dtype in scale_types, f"{name} must be one of {SCALE_TORCH}")
+            _require(tensor.is_contiguous(), f"{name} must be contiguous")
+        out_name = OUT_TORCH[self.kernel.key.dtypes.c]
+        _require(out.dtype == self.out_dtype, f"out must be {out_name} for this kernel")
+        _require(
+            tuple(out.shape) == (self.rows, self.n),
+            f"out must be (rows, N) = {(self.rows, self.n)}",
+        )
+        _require(out.is_contiguous(), "out must be contiguous (C = out.T is M-major)")
+        _require(weight_scale.numel() >= self.need_w, f"weight_scale needs {self.need_w} elements")
+        _require(a_scale.numel() >= self.need_a, f"a_scale needs {self.need_a} elements")
+        device = weight.device
+        others = (("weight_scale", weight_scale), ("a", a), ("a_scale", a_scale), ("out", out))
+        for name, tensor in others:
+            _require(tensor.device == device, f"{name} is on {tensor.device}, weight on {device}")
+        _require(device.type == "cuda", "wide kernels run on CUDA tensors")
+        aligned = (
+            ("weight", weight, POINTER_ALIGN["a"]),
+            ("weight_scale", weight_scale, POINTER_ALIGN["sfa"]),
+            ("a", a, POINTER_ALIGN["b"]),
+            ("a_scale", a_scale, POINTER_ALIGN["sfb"]),
+            ("out", out, POINTER_ALIGN["c"]),
+        )
+        for name, tensor, align in aligned:
+            _require(tensor.data_ptr() % align == 0, f"{name} must be {align}-byte aligned")
+
+    def run(self, weight: Any, weight_scale: Any, a: Any, a_scale: Any, out: Any) -> Any:
+        """Check the tensors and launch ``out = a @ weight.T`` on the current stream, with
+        ``weight`` the ``(N, K)`` row-major weight; returns ``out``."""
+        self.check(weight, weight_scale, a, a_scale, out)
+        return self._launch(weight, weight_scale, a, a_scale, out)
+
+    def run_column_major(
+        self, weight_kn: Any, weight_scale: Any, a: Any, a_scale: Any, out: Any
+    ) -> Any:
+        """:meth:`run` with the weight as ``mm_mxfp8`` takes it: the ``(K, N)`` column-major
+        view ``w.t()`` of the row-major ``(N, K)`` weight (the same memory, no transpose)."""
+        _require(
+            tuple(weight_kn.shape) == (self.k, self.n) and weight_kn.stride() == (1, self.k),
+            f"weight must be the column-major (K, N) = {(self.k, self.n)} view w.t() of a "
+            "row-major (N, K) tensor",
+        )
+        self._check_rest(weight_kn, weight_scale, a, a_scale, out)
+        return self._launch(weight_kn, weight_scale, a, a_scale, out)
+
+    def _launch(self, weight: Any, weight_scale: Any, a: Any, a_scale: Any, out: Any) -> Any:
+        torch, cuda_driver, make_ptr, gmem = _runtime or _launch_runtime()
+        if not self._args:
+            import cutlass
+
+            a_t, b_t, sf_t, _, c_t = self.kernel.key.dtypes.cutlass_types()
+            self._types = (a_t, sf_t, b_t, sf_t, c_t)
+            self._args = tuple(cutlass.Int32(v) for v in (self.n, self.rows, self.k, 1))
+        pointers = (
+            make_ptr(dtype, tensor.data_ptr(), gmem, assumed_align=align)
+            for dtype, tensor, align in zip(
+                self._types, (weight, weight_scale, a, a_scale, out), _ALIGNS, strict=True
+            )
+        )
+        with torch.cuda.device(weight.device):
+            stream = cuda_driver.CUstream(torch.cuda.current_stream(weight.device).cuda_stream)
+            self.kernel(*pointers, None, None, self._args, stream)
+        return out
+
+
+_ALIGNS = tuple(POINTER_ALIGN[role] for role in ("a", "sfa", "b", "sfb", "c"))
+
+
+def launch_plan(kernel: WideKernel, n: int, rows: int, k: int, per_cta: bool = False) -> LaunchPlan:
+    """``kernel``'s plan for ``(N, rows, K)``, made once per shape (``per_cta``: the activation
+    scales are in the per-CTA layout); raises WideConfigError when it cannot run that shape."""
+    plan = kernel.plans.get((n, rows, k, per_cta))
+    if plan is None:
+        plan = kernel.plans.setdefault(
+            (n, rows, k, per_cta), LaunchPlan(kernel, n, rows, k, per_cta)
+        )
+    return plan  # type: ignore[no-any-return]
+
+
+def _problem(weight: Any, a: Any) -> tuple[int, int, int]:
+    _require(weight.dim() == 2 and a.dim() == 2, "weight is (N, K) and a is (rows, K)")
+    n, k = weight.shape
+    rows, k_a = a.shape
+    _require(k == k_a, f"weight K {k} != activation K {k_a}")
+    return n, rows, k
 
 
 def check_launch_inputs(
@@ -101,53 +267,8 @@ def check_launch_inputs(
     a_scale_per_cta: bool = False,
 ) -> tuple[int, int, int]:
     """Validate shapes, types, layouts, alignment and the tile contract; ``(N, rows, K)``."""
-    _require(kernel.key.dtypes.sf_vec == 32, "launch_wide runs MXFP8 kernels only")
-    _require(weight.dim() == 2 and a.dim() == 2, "weight is (N, K) and a is (rows, K)")
-    n, k = weight.shape
-    rows, k_a = a.shape
-    _require(k == k_a, f"weight K {k} != activation K {k_a}")
-    for name, tensor in (("weight", weight), ("a", a)):
-        _require(_dtype_name(tensor) == FP8_TORCH, f"{name} must be {FP8_TORCH}")
-        _require(tensor.is_contiguous(), f"{name} must be row-major (K-major) contiguous")
-    for name, tensor in (("weight_scale", weight_scale), ("a_scale", a_scale)):
-        _require(_dtype_name(tensor) in SCALE_TORCH, f"{name} must be one of {SCALE_TORCH}")
-        _require(tensor.is_contiguous(), f"{name} must be contiguous")
-    out_name = OUT_TORCH.get(kernel.key.dtypes.c)
-    _require(_dtype_name(out) == out_name, f"out must be {out_name} for this kernel")
-    _require(tuple(out.shape) == (rows, n), f"out must be (rows, N) = {(rows, n)}")
-    _require(out.is_contiguous(), "out must be contiguous (C = out.T is M-major)")
-    need_w = standard_scale_elements(n, k)
-    _require(weight_scale.numel() >= need_w, f"weight_scale needs {need_w} elements")
-    need_a = (
-        per_cta_scale_elements(rows, k, kernel.tile)
-        if a_scale_per_cta
-        else standard_scale_elements(rows, k)
-    )
-    _require(a_scale.numel() >= need_a, f"a_scale needs {need_a} elements")
-    device = weight.device
-    others = (("weight_scale", weight_scale), ("a", a), ("a_scale", a_scale), ("out", out))
-    for name, tensor in others:
-        _require(tensor.device == device, f"{name} is on {tensor.device}, weight on {device}")
-    _require(device.type == "cuda", "wide kernels run on CUDA tensors")
-    aligned = (
-        ("weight", weight, POINTER_ALIGN["a"]),
-        ("weight_scale", weight_scale, POINTER_ALIGN["sfa"]),
-        ("a", a, POINTER_ALIGN["b"]),
-        ("a_scale", a_scale, POINTER_ALIGN["sfb"]),
-        ("out", out, POINTER_ALIGN["c"]),
-    )
-    for name, tensor, align in aligned:
-        _require(tensor.data_ptr() % align == 0, f"{name} must be {align}-byte aligned")
-    reason = invalid_reason(
-        (n, rows, k, 1),
-        kernel.tile,
-        kernel.tactic,
-        kernel.key.dtypes,
-        sfb_per_cta_packed=a_scale_per_cta,
-        arch=kernel.arch,
-    )
-    if reason is not None:
-        raise WideConfigError(f"{kernel.key} cannot run N={n} rows={rows} K={k}: {reason}")
+    n, rows, k = _problem(weight, a)
+    launch_plan(kernel, n, rows, k, a_scale_per_cta).check(weight, weight_scale, a, a_scale, out)
     return n, rows, k
 
 
@@ -164,36 +285,9 @@ def launch_wide(
     """Run ``out = a @ weight.T`` (block-scaled) with ``kernel`` on the current stream; returns
     ``out``. ``a_scale_per_cta`` says ``a_scale`` is in the per-CTA layout (see
     :mod:`fi_patches.wide.launch`); otherwise it must be standard and rows <= tile."""
-    import cuda.bindings.driver as cuda_driver
-    import cutlass
-    import cutlass.cute as cute
-    import torch
-    from cutlass.cute.runtime import make_ptr
-
-    n, rows, k = check_launch_inputs(
-        kernel, weight, weight_scale, a, a_scale, out, a_scale_per_cta=a_scale_per_cta
-    )
-    a_t, b_t, sf_t, _, c_t = kernel.key.dtypes.cutlass_types()
-
-    def ptr(dtype: Any, tensor: Any, role: str) -> Any:
-        return make_ptr(
-            dtype, tensor.data_ptr(), cute.AddressSpace.gmem, assumed_align=POINTER_ALIGN[role]
-        )
-
-    with torch.cuda.device(weight.device):
-        stream = cuda_driver.CUstream(torch.cuda.current_stream(weight.device).cuda_stream)
-        kernel(
-            ptr(a_t, weight, "a"),
-            ptr(sf_t, weight_scale, "sfa"),
-            ptr(b_t, a, "b"),
-            ptr(sf_t, a_scale, "sfb"),
-            ptr(c_t, out, "c"),
-            None,
-            None,
-            tuple(cutlass.Int32(v) for v in (n, rows, k, 1)),
-            stream,
-        )
-    return out
+    n, rows, k = _problem(weight, a)
+    plan = launch_plan(kernel, n, rows, k, a_scale_per_cta)
+    return plan.run(weight, weight_scale, a, a_scale, out)
 
 
 def wide_mm(

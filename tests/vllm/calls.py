@@ -26,9 +26,10 @@ _WATCHED: dict[tuple[str, str], Callable[[FrameType], str]] = {
     ("fi_patches.wide.compile", "compile_wide"): lambda f: (
         f"compile_wide(tile={f.f_locals.get('tile')})"
     ),
-    ("fi_patches.wide.launch", "launch_wide"): lambda f: (
-        f"launch_wide(tile={f.f_locals['kernel'].tile}, "
-        f"tactic={tuple(f.f_locals['kernel'].tactic)})"
+    # mxfp8.mm's wide route runs the shape's launch plan on mm_mxfp8's weight view.
+    ("fi_patches.wide.launch", "run_column_major"): lambda f: (
+        f"launch_wide(tile={f.f_locals['self'].kernel.tile}, "
+        f"tactic={tuple(f.f_locals['self'].kernel.tactic)})"
     ),
     # mxfp8.mm's pinned route enters pinned_mm_with (the tables already resolved), a direct
     # caller pinned_mm: either is the pinned cute-dsl route.
