@@ -4,10 +4,12 @@ direct calls measured in the same run (target <= 1.02x each):
 * every route against calling ``mm_mxfp8`` directly for the same rows: with the route's own
   backend for low-latency (4 rows) and stock (200 rows, no pin); with ``backend="cute-dsl"``
   (what those rows get without fi_patches) for wide and pinned cute-dsl;
-* the wide and pinned cute-dsl routes also against the call the route makes, the strict
+* the wide and pinned cute-dsl routes also against calling their kernel directly, the strict
   measure of routing: ``launch_wide`` on the same compiled kernel (20 rows, a ``[[wide]]`` pin
   for tile 32) and ``pinned_mm`` with the same pin (100 rows, a ``[[cute_dsl]]`` pin). Every
-  call gets the same inputs, the ``(K, N)`` weight view ``mm_mxfp8`` takes.
+  call gets the same inputs, the ``(K, N)`` weight view ``mm_mxfp8`` takes; ``launch_wide``
+  takes the ``(N, K)`` weight, so its caller transposes the view, while the wide route runs
+  its shape's launch plan (checked once per shape, like ``launch_wide``'s) on the view as is.
 
 On CPU this runs FlashInfer's real host path under the tests' simulation of an sm_103 device
 (``tests/simulation.py``); each call stops where its kernel launch fails (the routed call and

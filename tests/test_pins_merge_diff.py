@@ -210,7 +210,9 @@ def test_record_refuses_caches_of_different_flashinfer_releases(caches, tmp_path
     stock_a, _, odd, _ = caches
     older = tmp_path / "older.json"
     data = json.loads(odd.read_text())
-    data["_metadata"]["flashinfer_version"] = "0.7.1"
+    recorded = json.loads(stock_a.read_text())["_metadata"]["flashinfer_version"]
+    other = "0.7.2" if recorded == "0.7.1" else "0.7.1"  # another release than the cells'
+    data["_metadata"]["flashinfer_version"] = other
     older.write_text(json.dumps(data))
     shutil.copy(stock_a, tmp_path / "a.json")
     assert (
@@ -218,4 +220,4 @@ def test_record_refuses_caches_of_different_flashinfer_releases(caches, tmp_path
         == 1
     )
     err = capsys.readouterr().err
-    assert "different FlashInfer releases" in err and "0.7.1" in err
+    assert "different FlashInfer releases" in err and other in err and recorded in err
