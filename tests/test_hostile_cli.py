@@ -82,13 +82,13 @@ import json, logging
 import fi_patches.auto
 import flashinfer
 from fi_patches.activation import outcome
+from fi_patches.internals import flashinfer as fi
 from tests import lowlat
-runner = lowlat.runner()
-print(json.dumps({{
-    "offered": lowlat.offered(runner, {N}, {K}, 8),
-    "stock": lowlat.stock({N}, {K}, 8),
-    "outcome": outcome(),
-}}))
+report = {{"outcome": outcome(), "offered": None, "stock": None}}
+if fi.LOW_LATENCY_RUNNER.present():  # releases before the low-latency backend lack it
+    report["offered"] = lowlat.offered(lowlat.runner(), {N}, {K}, 8)
+    report["stock"] = lowlat.stock({N}, {K}, 8)
+print(json.dumps(report))
 """
 
 EVERY_MODE = (
@@ -173,7 +173,8 @@ def test_auto_leaves_flashinfer_stock_after_one_error_line(outcomes, name):
     no_traceback(result)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout)
-    assert report["offered"] == report["stock"] and len(report["stock"]) > 1
+    if report["stock"] is not None:
+        assert report["offered"] == report["stock"] and len(report["stock"]) > 1
     assert report["outcome"].startswith("left FlashInfer stock: ")
     errors = [line for line in result.stderr.splitlines() if str(path) in line]
     assert len(errors) == 1, result.stderr[-3000:]

@@ -6,6 +6,7 @@ import importlib
 import sys
 from typing import Any
 
+from fi_patches.internals import flashinfer as fi
 from fi_patches.mxfp8.routes import Choice, Route, by_shapes, choice_for
 from fi_patches.pinning import resolve, stack
 from fi_patches.pinning.resolve import TableLike
@@ -39,8 +40,6 @@ _modules: list[Any] = []
 
 def _flashinfer_and_torch() -> list[Any]:
     if not _modules:
-        from fi_patches.internals import flashinfer as fi
-
         flashinfer = fi.package()
         import torch
 
@@ -113,28 +112,15 @@ def mm(
     flat = len(shape) == 2  # the common case: no reshapes on the hot path
     a2d = x if flat else x.reshape(-1, shape[-1])
     if x_scale is None:
-        a, a_scale = flashinfer.mxfp8_quantize(a2d, is_sf_swizzled_layout=True)
+        try:
+            quantize = flashinfer.mxfp8_quantize
+        except AttributeError:
+            quantize = fi.mxfp8_quantize()  # InternalError naming what this release lacks
+        a, a_scale = quantize(a2d, is_sf_swizzled_layout=True)
     else:
         a, a_scale = a2d, x_scale
     route = choice.route
-    # out_dtype goes to mm_mxfp8 only when given: its default is BF16 too, and each keyword
-    # passed costs FlashInfer's argument checks time on every call.
-    if route is _LOW_LATENCY:
-        if out_dtype is None:
-            result = flashinfer.mm_mxfp8(
-                a, weight, a_scale, weight_scale, out=out, backend="cutedsl_low_latency"
-            )
-        else:
-            result = flashinfer.mm_mxfp8(
-                a,
-                weight,
-                a_scale,
-                weight_scale,
-                out=out,
-                out_dtype=out_dtype,
-                backend="cutedsl_low_latency",
-            )
-    elif route is _WIDE:
+    if route is _WIDE:
         if out is None:
             out = torch.empty(rows, n, dtype=out_dtype or torch.bfloat16, device=a.device)
         # The shape's plan was checked once; the weight goes in mm_mxfp8's (K, N) view as is.
@@ -144,12 +130,19 @@ def mm(
         pinned = sys.modules.get(_PINNED_MM) or _module(_PINNED_MM)
         pinned_mm_with = pinned.pinned_mm_with
         result = pinned_mm_with(a, a_scale, weight, weight_scale, out_dtype, out, choice.tables)
-    elif out_dtype is None:
-        result = flashinfer.mm_mxfp8(
-            a, weight, a_scale, weight_scale, out=out, backend=stock_backend
-        )
     else:
-        result = flashinfer.mm_mxfp8(
-            a, weight, a_scale, weight_scale, out=out, out_dtype=out_dtype, backend=stock_backend
-        )
+        # Looked up per call, so a consumer's own patch of mm_mxfp8 is honoured.
+        try:
+            mm_mxfp8 = flashinfer.mm_mxfp8
+        except AttributeError:
+            mm_mxfp8 = fi.mm_mxfp8()  # InternalError naming what this release lacks
+        backend = "cutedsl_low_latency" if route is _LOW_LATENCY else stock_backend
+        # out_dtype goes to mm_mxfp8 only when given: its default is BF16 too, and each keyword
+        # passed costs FlashInfer's argument checks time on every call.
+        if out_dtype is None:
+            result = mm_mxfp8(a, weight, a_scale, weight_scale, out=out, backend=backend)
+        else:
+            result = mm_mxfp8(
+                a, weight, a_scale, weight_scale, out=out, out_dtype=out_dtype, backend=backend
+            )
     return result if flat else result.view(*shape[:-1], n)
