@@ -8,9 +8,9 @@ from typing import Any
 
 from fi_patches.internals import flashinfer as fi
 from fi_patches.mxfp8.routes import Choice, Route, by_shapes, choice_for
-from fi_patches.pinning import resolve, stack
+from fi_patches.pinning import stack
 from fi_patches.pinning.resolve import TableLike
-from fi_patches.pins import default
+from fi_patches.pins.generation import GENERATION
 
 _scope_of = stack._scope.get
 
@@ -60,14 +60,31 @@ def _module(name: str) -> Any:
     return module
 
 
-def _route_of(key: tuple[Any, ...], torch: Any) -> tuple[Choice, int, int]:
-    """Choose (:func:`choice_for`) and remember the route for ``key``'s shapes."""
-    shape, weight_shape, out_dtype, pins = key[:4]
+_STOCK = ""
+"""The backend slot of a stock route: the caller's ``stock_backend``."""
+
+
+def _route_of(
+    shape: Any, weight_shape: Any, out_dtype: Any, pins: Any, key: tuple[Any, ...]
+) -> tuple[Any, ...]:
+    """Choose (:func:`choice_for`) and remember the route for these shapes under ``key``:
+    ``(backend, choice, rows, n, flat, flashinfer)``, where ``backend`` is what ``mm_mxfp8``
+    gets (``_STOCK``: the caller's) or None for the wide and pinned cute-dsl routes."""
+    flashinfer, torch = _modules or _flashinfer_and_torch()
     k, n = shape[-1], weight_shape[1]
     rows = 1
     for dim in shape[:-1]:
         rows *= dim
-    found = (choice_for(n, k, rows, out_dtype or torch.bfloat16, pins), rows, n)
+    choice = choice_for(n, k, rows, out_dtype or torch.bfloat16, pins)
+    route = choice.route
+    backend = (
+        route.value
+        if route is _LOW_LATENCY
+        else None
+        if route in (_WIDE, _PINNED_CUTE_DSL)
+        else _STOCK
+    )
+    found = (backend, choice, rows, n, len(shape) == 2, flashinfer)
     by_shapes[key] = found
     return found
 
@@ -91,58 +108,54 @@ def mm(
     with 1-D swizzled scales. Returns ``(..., N)`` in ``out_dtype`` (BF16 by default). The stock
     route calls ``mm_mxfp8`` with ``stock_backend``.
     """
-    flashinfer, torch = _modules or _flashinfer_and_torch()
     shape = x.shape
     # The route for these shapes under the pins in force: one dict lookup on a key of the
-    # tensors' shapes as they come (resolve.state_key's fields spelled out).
-    key = (
-        shape,
-        weight.shape,
-        out_dtype,
-        pins,
-        _scope_of(),
-        stack._process_version,
-        resolve._generation,
-        default._registered,
-    )
+    # tensors' shapes as they come (resolve.state_key's fields spelled out). Everything the
+    # call needs besides comes with it: each global read costs on a path this short.
+    key = (shape, weight.shape, out_dtype, pins, _scope_of(), GENERATION[0])
     found = by_shapes.get(key)
     if found is None:
-        found = _route_of(key, torch)
-    choice, rows, n = found
-    flat = len(shape) == 2  # the common case: no reshapes on the hot path
-    a2d = x if flat else x.reshape(-1, shape[-1])
+        found = _route_of(shape, weight.shape, out_dtype, pins, key)
+    backend, choice, rows, n, flat, flashinfer = found
+    a = x if flat else x.reshape(-1, shape[-1])  # flat: the common case, no reshapes
     if x_scale is None:
         try:
             quantize = flashinfer.mxfp8_quantize
         except AttributeError:
             quantize = fi.mxfp8_quantize()  # InternalError naming what this release lacks
-        a, a_scale = quantize(a2d, is_sf_swizzled_layout=True)
-    else:
-        a, a_scale = a2d, x_scale
-    route = choice.route
-    if route is _WIDE:
-        if out is None:
-            out = torch.empty(rows, n, dtype=out_dtype or torch.bfloat16, device=a.device)
-        # The shape's plan was checked once; the weight goes in mm_mxfp8's (K, N) view as is.
-        plan = choice.state.get("plan") or _wide_plan(choice, n, rows, shape[-1])
-        result = plan.run_column_major(weight, weight_scale, a, a_scale, out)
-    elif route is _PINNED_CUTE_DSL:
-        pinned = sys.modules.get(_PINNED_MM) or _module(_PINNED_MM)
-        pinned_mm_with = pinned.pinned_mm_with
-        result = pinned_mm_with(a, a_scale, weight, weight_scale, out_dtype, out, choice.tables)
-    else:
+        a, x_scale = quantize(a, is_sf_swizzled_layout=True)
+    if backend is not None:  # low-latency or stock: mm_mxfp8 itself
         # Looked up per call, so a consumer's own patch of mm_mxfp8 is honoured.
         try:
             mm_mxfp8 = flashinfer.mm_mxfp8
         except AttributeError:
             mm_mxfp8 = fi.mm_mxfp8()  # InternalError naming what this release lacks
-        backend = "cutedsl_low_latency" if route is _LOW_LATENCY else stock_backend
         # out_dtype goes to mm_mxfp8 only when given: its default is BF16 too, and each keyword
         # passed costs FlashInfer's argument checks time on every call.
         if out_dtype is None:
-            result = mm_mxfp8(a, weight, a_scale, weight_scale, out=out, backend=backend)
+            result = mm_mxfp8(
+                a, weight, x_scale, weight_scale, out=out, backend=backend or stock_backend
+            )
         else:
             result = mm_mxfp8(
-                a, weight, a_scale, weight_scale, out=out, out_dtype=out_dtype, backend=backend
+                a,
+                weight,
+                x_scale,
+                weight_scale,
+                out=out,
+                out_dtype=out_dtype,
+                backend=backend or stock_backend,
             )
+    elif choice.route is _WIDE:
+        if out is None:
+            torch = _modules[1]
+            out = torch.empty(rows, n, dtype=out_dtype or torch.bfloat16, device=a.device)
+        # The shape's plan was checked once; the weight goes in mm_mxfp8's (K, N) view as is.
+        plan = choice.state.get("plan") or _wide_plan(choice, n, rows, shape[-1])
+        result = plan.run_column_major(weight, weight_scale, a, x_scale, out)
+    else:
+        pinned = sys.modules.get(_PINNED_MM) or _module(_PINNED_MM)
+        result = pinned.pinned_mm_with(
+            a, x_scale, weight, weight_scale, out_dtype, out, choice.tables
+        )
     return result if flat else result.view(*shape[:-1], n)

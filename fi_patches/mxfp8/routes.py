@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fi_patches.compat.evaluate import on_refresh, status_of
-from fi_patches.pinning import resolve, stack
+from fi_patches.pinning import stack
 from fi_patches.pinning.resolve import TableLike, candidate_tables
 from fi_patches.pinning.stack import lookup, lookup_wide
-from fi_patches.pins import default
+from fi_patches.pins.generation import GENERATION
 
 LOW_LATENCY_MAX_ROWS = 8
 
@@ -46,9 +46,10 @@ class Choice:
 
 _lock = threading.Lock()
 _choices: dict[tuple[Any, ...], Choice] = {}
-by_shapes: dict[tuple[Any, ...], tuple[Choice, int, int]] = {}
-"""``mm``'s hot-path memo: ``(x.shape, weight.shape, out_dtype, pins, *state)`` -> ``(choice,
-rows, n)``, filled through :func:`choice_for` and emptied with it by :func:`forget`."""
+by_shapes: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+"""``mm``'s hot-path memo: ``(x.shape, weight.shape, out_dtype, pins, scope, generation)`` ->
+what its call needs (``mxfp8.mm._route_of``), filled through :func:`choice_for` and emptied
+with it by :func:`forget`."""
 _scope_of = stack._scope.get
 
 
@@ -155,9 +156,7 @@ def choice_for(
         wide_max,
         pins,
         _scope_of(),
-        stack._process_version,
-        resolve._generation,
-        default._registered,
+        GENERATION[0],
     )
     choice = _choices.get(key)
     if choice is None:

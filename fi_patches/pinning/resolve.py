@@ -16,6 +16,7 @@ from fi_patches.compat.installed import installed_flashinfer
 from fi_patches.pinning import stack
 from fi_patches.pins.default import as_table, default_pins, registered_pins
 from fi_patches.pins.errors import PinTableError
+from fi_patches.pins.generation import GENERATION, bump
 from fi_patches.pins.table import PinTable
 
 logger = get_logger(__name__)
@@ -47,24 +48,17 @@ def candidate_tables(pins: TableLike | None) -> tuple[PinTable, ...]:
     return _candidate_tables(pins)
 
 
-_generation = 0
-"""Bumped whenever what :func:`candidate_tables` depends on may have changed, so callers can
-cache on ``state_key()`` without asking it again."""
-
-
 @on_refresh
 def forget() -> None:
-    global _generation
     _memo.clear()
-    _generation += 1
+    bump()
 
 
 def state_key(pins: object = None) -> tuple[object, ...]:
     """A cheap key that changes whenever ``candidate_tables(pins)`` may change: the explicit
-    table, this context's scope, the process tables, and :func:`forget`'s generation (which
-    ``register_pins`` and ``fi_patches.refresh()`` bump). ``mxfp8.routes.choice_for`` spells
-    the same fields out inline, as its callers pay for every call."""
-    return (pins, stack._scope.get(), stack._process_version, _generation, registered_pins())
+    table, this context's scope and the pin state's generation. ``mxfp8.routes.choice_for``
+    spells the same fields out inline, as its callers pay for every call."""
+    return (pins, stack._scope.get(), GENERATION[0])
 
 
 def _vetted(table: PinTable) -> bool:

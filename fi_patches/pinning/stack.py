@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from fi_patches.pins.generation import bump
 from fi_patches.pins.table import PinTable
 
 
@@ -103,9 +104,9 @@ _scope: contextvars.ContextVar[_Scope] = contextvars.ContextVar("fi_patches_pins
 _process_lock = threading.Lock()
 _process_tables: tuple[PinTable, ...] = ()
 _process_version = 0
-"""Bumped whenever the tables of a scope already in use change: process tables added or
-removed, a block left, pins suspended or resumed (callers cache on it, with the scope, through
-``resolve.state_key``)."""
+"""Bumped when the process tables change or a block is left, so scopes merge their index again
+(each such change also bumps the pin state's :mod:`~fi_patches.pins.generation`, which callers
+outside this module cache on)."""
 _suspended: str | None = None
 
 
@@ -184,6 +185,7 @@ def pop(block: Block) -> None:
             scope._use(tuple(b for b in scope.blocks if b is not block))
         block.scopes.clear()
         _process_version += 1
+        bump()
 
 
 @contextmanager
@@ -204,6 +206,7 @@ def add_process_table(table: PinTable) -> None:
         if table not in _process_tables:
             _process_tables = (*_process_tables, table)
             _process_version += 1
+            bump()
 
 
 def remove_process_table(table: PinTable) -> None:
@@ -213,24 +216,25 @@ def remove_process_table(table: PinTable) -> None:
         if remaining != _process_tables:
             _process_tables = remaining
             _process_version += 1
+            bump()
 
 
 def suspend(reason: str) -> None:
     """Turn pins off in every thread and context until :func:`resume`: open blocks' tables stop
     counting, and new ``pinned_tactics()`` blocks and ``fi_patches.auto`` pin nothing. The rank
     guard uses this so that every rank ends with the same (stock) candidate lists."""
-    global _suspended, _process_version
+    global _suspended
     with _process_lock:
         _suspended = reason
-        _process_version += 1  # what callers cached on the scope no longer holds
+        bump()  # what callers cached on the tables in force no longer holds
 
 
 def resume() -> None:
-    global _suspended, _process_version
+    global _suspended
     with _process_lock:
         if _suspended is not None:
             _suspended = None
-            _process_version += 1
+            bump()
 
 
 def suspended() -> str | None:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 from fi_patches import _env
 from fi_patches.compat.evaluate import on_refresh
 from fi_patches.pins.errors import PinTableError
+from fi_patches.pins.generation import bump
 from fi_patches.pins.table import PinTable
 
 if TYPE_CHECKING:
@@ -60,6 +61,7 @@ def register_pins(table: PinTable | str | os.PathLike[str] | Mapping[str, object
     resolved = None if table is None else as_table(table)
     with _lock:
         _registered = resolved
+    bump()
 
 
 def registered_pins() -> PinTable | None:
