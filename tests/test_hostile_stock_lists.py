@@ -99,3 +99,15 @@ def test_an_error_raised_while_checking_is_a_problem_of_each_entry(pinning):
         f"pins.toml: [[low_latency]] #1: tactic = {list(tactic)}: could not be checked: "
         "FlashInfer's check raised ZeroDivisionError: enumerator bug"
     )
+
+
+def test_probing_a_bucket_at_the_bounds_allocates_one_row():
+    from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
+    from fi_patches.pins.schema import K_MAX, N_MAX, ROWS_MAX
+
+    a, b, *_, out, _ = mxfp8_runner_inputs(N_MAX, K_MAX, ROWS_MAX)
+    assert tuple(a.shape) == (ROWS_MAX, K_MAX) and tuple(b.shape) == (K_MAX, N_MAX)
+    assert tuple(out.shape) == (ROWS_MAX, N_MAX)
+    # What validating such an entry holds in memory: one row of the activation (K_MAX bytes),
+    # not ROWS_MAX x K_MAX (32 GiB), on the GPU of a serving host.
+    assert a.untyped_storage().nbytes() == K_MAX

@@ -1,7 +1,7 @@
 """Inputs shaped as ``mm_mxfp8`` hands them to its runners, for asking a runner which tactics
 it offers. Only the activation is a real tensor, on the CUDA device when there is one (the
-cute-dsl runner reads that device's SM count); the rest are ``meta`` tensors, so checking a
-large problem allocates nothing."""
+cute-dsl runner reads that device's SM count), and it holds one row; the rest are ``meta``
+tensors, so checking a large problem allocates next to nothing."""
 
 from __future__ import annotations
 
@@ -24,7 +24,9 @@ def mxfp8_runner_inputs(
     device = (
         torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else None
     )
-    a = torch.empty(rows, k, dtype=torch.float8_e4m3fn, device=device)
+    # One real row seen as ``rows`` (stride 0): runners read its shape and device, and a
+    # large bucket must not allocate rows x K bytes on a serving GPU.
+    a = torch.empty(1, k, dtype=torch.float8_e4m3fn, device=device).expand(rows, k)
     meta = torch.device("meta")
     b = torch.empty(n, k, dtype=torch.float8_e4m3fn, device=meta).t()
     sf_k = round_up(k // 32, 4)
