@@ -99,7 +99,7 @@ def test_unreadable_and_non_json_files(tmp_path):
         ReplayTimer(tmp_path / "none.json")
     bad = tmp_path / "bad.json"
     bad.write_text("{")
-    with pytest.raises(ReplayError, match="not JSON"):
+    with pytest.raises(ReplayError, match=r"bad.json: JSON: Expecting property name"):
         ReplayTimer(bad)
 
 

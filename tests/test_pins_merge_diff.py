@@ -171,7 +171,7 @@ def test_diff_reports_each_differing_bucket_and_exits_one(caches, tmp_path, caps
 def test_diff_of_an_unreadable_input_exits_two(pinning, tmp_path, capsys):
     assert main(["pins", "diff", str(tmp_path / "missing.json"), str(tmp_path / "x.json")]) == 2
     err = capsys.readouterr().err
-    assert f"cannot read the tuner cache {tmp_path / 'missing.json'}" in err
+    assert f"the tuner cache {tmp_path / 'missing.json'}: file: cannot be read" in err
 
 
 # --- messages of pins record (issue 14) --------------------------------------------------
@@ -181,7 +181,7 @@ def test_record_of_a_missing_cache_names_the_file_not_a_pin_table(pinning, tmp_p
     missing = tmp_path / "autotune_configs.json"
     assert main(["pins", "record", "--device", "sm_103", "--from", str(missing)]) == 1
     err = capsys.readouterr().err
-    assert f"cannot read the tuner cache {missing}: No such file or directory" in err
+    assert f"the tuner cache {missing}: file: cannot be read (No such file or directory)" in err
     assert "pin table" not in err
 
 

@@ -19,8 +19,13 @@ from typing import Any
 from fi_patches.chain.errors import ReplayError
 from fi_patches.chain.ops import as_json, as_tactic
 from fi_patches.chain.timing import Timed, Timer, Trial
+from fi_patches.pins.errors import PinTableError
+from fi_patches.pins.files import read_data_file
 
 FORMAT = "fi_patches.chain.timings/1"
+
+MAX_BYTES = 1 << 28
+"""The largest timings file read (256 MiB; a chain's recording is a few MiB)."""
 
 
 class _Samples:
@@ -43,11 +48,11 @@ class ReplayTimer:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = str(path)
         try:
-            data = json.loads(Path(path).read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ReplayError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
-        except json.JSONDecodeError as exc:
-            raise ReplayError(f"{path}: not JSON ({exc.msg}, line {exc.lineno})") from exc
+            data = read_data_file(
+                Path(path), self.path, what="timings file", max_bytes=MAX_BYTES, suffixes=()
+            )
+        except PinTableError as exc:
+            raise ReplayError("; ".join(str(p) for p in exc.problems)) from exc
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             found = data.get("format") if isinstance(data, dict) else type(data).__name__
             raise ReplayError(f"{path}: format = {found!r}: must be {FORMAT!r}")

@@ -13,12 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
 from fi_patches.chain.errors import ChainSpecError
 from fi_patches.chain.routes import check_routes
-from fi_patches.pins.errors import PinProblem
+from fi_patches.pins.errors import PinProblem, PinTableError
 from fi_patches.pins.fields import FieldReader
+from fi_patches.pins.files import read_data_file
 
 RUNNERS = ("low_latency", "wide", "cute_dsl", "mxfp8")
 """Runner names an op may give: one of the three pinnable runners, or ``mxfp8`` for the route
@@ -90,13 +89,9 @@ class ChainSpec:
         file = Path(path)
         source = str(file)
         try:
-            data = tomllib.loads(file.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ChainSpecError(
-                [PinProblem(source, "file", None, None, f"cannot be read ({exc.strerror or exc})")]
-            ) from exc
-        except tomllib.TOMLDecodeError as exc:
-            raise ChainSpecError([PinProblem(source, "TOML", None, None, str(exc))]) from exc
+            data = read_data_file(file, source, what="chain file", suffixes=(".toml",))
+        except PinTableError as exc:
+            raise ChainSpecError(exc.problems) from exc
         return cls.from_mapping(data, source=source, default_name=file.stem)
 
     @classmethod

@@ -1,8 +1,9 @@
-"""Reading a pin file into its parsed form. Whatever the file holds, this returns the parsed
-data or raises :class:`PinTableError` naming the file: files above :data:`MAX_FILE_BYTES` and
-anything but a regular file are refused before they are read, and bytes that are not UTF-8,
-nesting deeper than the parser's recursion limit, integers too long to convert and keys given
-twice are problems, not stray exceptions."""
+"""Reading a pin file, or any other file of ours a user hands in (a CHAIN.toml, recorded
+timings, a tuner cache), into its parsed form. Whatever the file holds, this returns the parsed
+data or raises :class:`PinTableError` naming the file: files above a size limit
+(:data:`MAX_FILE_BYTES` for pin files) and anything but a regular file are refused before they
+are read, and bytes that are not UTF-8, nesting deeper than the parser's recursion limit,
+integers too long to convert and keys given twice are problems, not stray exceptions."""
 
 from __future__ import annotations
 
@@ -47,15 +48,29 @@ def _refuse(source: str, where: str, message: str) -> PinTableError:
 
 def read_pin_file(path: Path, source: str) -> object:
     """The parsed content of the ``.toml`` or ``.json`` pin file at ``path``."""
+    return read_data_file(path, source)
+
+
+def read_data_file(
+    path: Path,
+    source: str,
+    *,
+    what: str = "pin file",
+    max_bytes: int = MAX_FILE_BYTES,
+    suffixes: tuple[str, ...] = (".toml", ".json"),
+) -> object:
+    """The parsed content of the ``what`` at ``path``: TOML when its suffix is ``.toml``, else
+    JSON; refused unless its suffix is one of ``suffixes`` (any, when empty) and it holds at
+    most ``max_bytes``."""
     suffix = path.suffix.lower()
-    if suffix not in (".toml", ".json"):
-        raise _refuse(source, "file", "must end in .toml or .json")
-    text = _decode(_read_bytes(path, source), source)
+    if suffixes and suffix not in suffixes:
+        raise _refuse(source, "file", f"must end in {' or '.join(suffixes)}")
+    text = _decode(_read_bytes(path, source, what, max_bytes), source)
     return _parse_toml(text, source) if suffix == ".toml" else _parse_json(text, source)
 
 
-def _read_bytes(path: Path, source: str) -> bytes:
-    too_big = f"is larger than {MAX_FILE_BYTES} bytes, the most a pin file may hold"
+def _read_bytes(path: Path, source: str, what: str, max_bytes: int) -> bytes:
+    too_big = f"is larger than {max_bytes} bytes, the most a {what} may hold"
     try:
         # O_NONBLOCK: opening a FIFO must not wait for a writer (it is refused just below).
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
@@ -63,15 +78,15 @@ def _read_bytes(path: Path, source: str) -> bytes:
             info = os.fstat(handle.fileno())
             if not stat.S_ISREG(info.st_mode):
                 raise _refuse(source, "file", "is not a regular file")
-            if info.st_size > MAX_FILE_BYTES:
+            if info.st_size > max_bytes:
                 raise _refuse(source, "file", too_big)
-            data = handle.read(MAX_FILE_BYTES + 1)
+            data = handle.read(max_bytes + 1)
     except PinTableError:
         raise
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else describe(exc)
         raise _refuse(source, "file", f"cannot be read ({reason})") from exc
-    if len(data) > MAX_FILE_BYTES:  # it grew after fstat
+    if len(data) > max_bytes:  # it grew after fstat
         raise _refuse(source, "file", too_big)
     return data
 

@@ -5,7 +5,6 @@ of the pinnable runners, adjacent buckets with the same tactic merged."""
 from __future__ import annotations
 
 import ast
-import json
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +12,8 @@ from typing import Any
 
 from fi_patches.features import FEATURES
 from fi_patches.internals.flashinfer import MXFP8_OP
+from fi_patches.pins.errors import PinTableError
+from fi_patches.pins.files import read_data_file
 from fi_patches.pins.table import PinTable
 
 _RECORDED: dict[tuple[str, str], str] = {
@@ -101,18 +102,28 @@ def _tuple(tactic: Any) -> Any:
     return tuple(_tuple(t) for t in tactic) if isinstance(tactic, (list, tuple)) else tactic
 
 
+MAX_CACHE_BYTES = 1 << 28
+"""The largest tuner cache file read (256 MiB; FlashInfer's caches are a few MiB)."""
+
+
+def _read_json(path: Path) -> object:
+    return read_data_file(
+        path, str(path), what="tuner cache file", max_bytes=MAX_CACHE_BYTES, suffixes=()
+    )
+
+
+def _problems(exc: PinTableError) -> str:
+    return "; ".join(str(p) for p in exc.problems)
+
+
 def from_v1_file(path: Path) -> tuple[list[TunedEntry], dict[str, Any]]:
     """Entries and ``_metadata`` of a v1 JSON config file."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise TunerCacheError(f"cannot read the tuner cache {path}: {exc.strerror or exc}") from exc
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
+        data = _read_json(path)
+    except PinTableError as exc:
         raise TunerCacheError(
-            f"the tuner cache {path} is not JSON ({exc.msg} at line {exc.lineno} column "
-            f"{exc.colno}); pass a FlashInfer v1 config file or a v2 store directory"
+            f"the tuner cache {_problems(exc)}; pass a FlashInfer v1 config file or a v2 store "
+            "directory"
         ) from exc
     if not isinstance(data, dict):
         raise TunerCacheError(
@@ -135,17 +146,22 @@ def from_v1_file(path: Path) -> tuple[list[TunedEntry], dict[str, Any]]:
 
 def from_v2_store(root: Path) -> tuple[list[TunedEntry], dict[str, Any]]:
     """Entries of every ``entries/*.json`` under a v2 store root, and a manifest's metadata."""
-    entries, meta = [], {}
+    entries: list[TunedEntry] = []
+    meta: dict[str, Any] = {}
     for manifest in sorted(root.rglob("manifest.json")):
         try:
-            data = json.loads(manifest.read_text(encoding="utf-8"))
-            meta = dict(data.get("metadata", data))  # 0.7.x manifests are flat
-        except (OSError, json.JSONDecodeError, AttributeError):
+            data = _read_json(manifest)
+        except PinTableError:
             continue
+        if isinstance(data, dict):
+            found = data.get("metadata", data)  # 0.7.x manifests are flat
+            meta = dict(found) if isinstance(found, dict) else meta
     for file in sorted(root.rglob("entries/*.json")):
         try:
-            data = json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+            data = _read_json(file)
+        except PinTableError:
+            continue  # an entry being written, or not FlashInfer's: the others still count
+        if not isinstance(data, dict):
             continue
         parsed = parse_file_key(str(data.get("key", "")))
         if parsed is None:
