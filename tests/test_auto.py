@@ -310,6 +310,16 @@ def _wheel(installed_python: Path) -> Path:
     return next((installed_python.parents[2] / "wheels").glob("fi_patches-*.whl"))
 
 
+def test_the_wheel_ships_its_data_files(installed_python):
+    from fi_patches.chain.spec import EXAMPLES
+
+    with zipfile.ZipFile(_wheel(installed_python)) as wheel:
+        names = set(wheel.namelist())
+        example = wheel.read("fi_patches/chain/examples/deepseek_v3_tp4.toml").decode()
+    assert "fi_patches/py.typed" in names
+    assert example == (EXAMPLES / "deepseek_v3_tp4.toml").read_text()
+
+
 def test_the_wheel_ships_the_license_and_needs_only_wrapt_and_packaging(installed_python):
     with zipfile.ZipFile(_wheel(installed_python)) as wheel:
         names = wheel.namelist()

@@ -9,12 +9,12 @@ import pytest
 
 from fi_patches.chain.errors import ChainSpecError
 from fi_patches.chain.routes import section_for
-from fi_patches.chain.spec import ChainSpec, Settings
+from fi_patches.chain.spec import ChainSpec, Settings, chain_path, shipped_examples
 
 # Nothing here depends on the installed FlashInfer release (see pyproject.toml).
 pytestmark = pytest.mark.release_independent
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "chain_deepseek_tp4.toml"
+EXAMPLE = chain_path("deepseek_v3_tp4")  # shipped in the package
 
 # DeepSeek-V3's config.json
 HIDDEN, Q_LORA, KV_LORA, ROPE, NOPE, V_HEAD, HEADS, TP = 7168, 1536, 512, 64, 128, 128, 128, 4
@@ -189,3 +189,13 @@ def test_files(tmp_path):
     bad.write_text("[chain\n")
     with pytest.raises(ChainSpecError, match=r"bad.toml: TOML: "):
         ChainSpec.from_file(bad)
+
+
+def test_a_shipped_example_is_found_by_name_and_a_path_wins(tmp_path, monkeypatch):
+    assert shipped_examples() == ["deepseek_v3_tp4"]
+    assert EXAMPLE.is_file() and EXAMPLE.parent.parent.name == "chain"
+    monkeypatch.chdir(tmp_path)
+    Path("deepseek_v3_tp4").write_text("")
+    assert chain_path("deepseek_v3_tp4") == Path("deepseek_v3_tp4")  # the user's own file
+    assert chain_path("x/deepseek_v3_tp4") == Path("x/deepseek_v3_tp4")  # a path stays a path
+    assert chain_path("nope") == Path("nope")  # named nothing: reported as unreadable

@@ -76,6 +76,25 @@ class Settings:
     """0: every tactic offered; N: the first N in FlashInfer's order, plus the current pin."""
 
 
+EXAMPLES = Path(__file__).resolve().parent / "examples"
+"""The chains shipped with fi_patches, one ``<name>.toml`` each."""
+
+
+def shipped_examples() -> list[str]:
+    """The names of the shipped example chains."""
+    return sorted(path.stem for path in EXAMPLES.glob("*.toml"))
+
+
+def chain_path(given: str | os.PathLike[str]) -> Path:
+    """The CHAIN.toml ``given`` names: a path, or where none exists, a shipped example's name
+    (see :func:`shipped_examples`), so a wheel's users can tune its examples too."""
+    path = Path(given)
+    example = EXAMPLES / f"{path.name}.toml"
+    if not path.exists() and path.name == str(given) and example.is_file():
+        return example
+    return path
+
+
 @dataclass(frozen=True)
 class ChainSpec:
     name: str

@@ -16,7 +16,11 @@ def register(commands: Any) -> None:
     parser = commands.add_parser(
         "tune", help="choose pins by timing tactics in the chain they run in"
     )
-    parser.add_argument("--chain", required=True, help="CHAIN.toml: ops, row buckets, repeats")
+    parser.add_argument(
+        "--chain",
+        required=True,
+        help="CHAIN.toml (ops, row buckets, repeats), or a shipped example's name: deepseek_v3_tp4",
+    )
     parser.add_argument(
         "--out",
         required=True,
@@ -58,13 +62,13 @@ def _command(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from fi_patches.chain.errors import ChainError
-    from fi_patches.chain.spec import ChainSpec
+    from fi_patches.chain.spec import ChainSpec, chain_path
     from fi_patches.pins.default import default_pins
     from fi_patches.pins.errors import PinTableError
     from fi_patches.pins.table import PinTable
 
     try:
-        spec = ChainSpec.from_file(args.chain)
+        spec = ChainSpec.from_file(chain_path(args.chain))
         current = PinTable.from_file(args.pins) if args.pins else default_pins()
     except (ChainError, PinTableError) as exc:
         return _fail(str(exc), 1)

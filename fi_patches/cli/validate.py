@@ -17,7 +17,9 @@ def register(commands: Any) -> None:
     )
     parser.add_argument("--pins", help="the pin table (default: the default pin table)")
     parser.add_argument(
-        "--chain", help="CHAIN.toml: also time this chain, pinned vs stock-tuned, per bucket"
+        "--chain",
+        help="CHAIN.toml (or a shipped example's name): also time this chain, pinned vs "
+        "stock-tuned, per bucket",
     )
     parser.add_argument(
         "--report",
@@ -29,7 +31,7 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fi_patches.chain.errors import ChainError
-    from fi_patches.chain.spec import ChainSpec
+    from fi_patches.chain.spec import ChainSpec, chain_path
     from fi_patches.chain.validate import validate
     from fi_patches.pins.default import default_pins
     from fi_patches.pins.errors import PinTableError
@@ -37,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         table = PinTable.from_file(args.pins) if args.pins else default_pins()
-        spec = ChainSpec.from_file(args.chain) if args.chain else None
+        spec = ChainSpec.from_file(chain_path(args.chain)) if args.chain else None
     except (ChainError, PinTableError) as exc:
         print(f"validate: {exc}", file=sys.stderr)
         return 1
