@@ -9,6 +9,7 @@ as a FlashInfer release might. Tests run fi_patches in a subprocess with the fak
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -171,7 +172,20 @@ def write_fake(root: Path, fault: str = "healthy", version: str = "0.7.4") -> Pa
     (dist / "METADATA").write_text(
         f"Metadata-Version: 2.1\nName: flashinfer-python\nVersion: {version}\n"
     )
+    if importlib.util.find_spec("cutlass") is None:
+        # Where the CuTe DSL is not installed (the lent GPU machine: its wheels are too large
+        # to carry), the type names the probes hand FlashInfer's enumerator, which FlashInfer
+        # itself would import from it. With the DSL installed, the real one is used.
+        stub = root / "cutlass" / "__init__.py"
+        stub.parent.mkdir(parents=True, exist_ok=True)
+        stub.write_text(_CUTLASS_TYPES)
     return root
+
+
+_CUTLASS_TYPES = "".join(
+    f"class {name}:\n    pass\n\n\n"
+    for name in ("Float8E4M3FN", "Float8E5M2", "Float8E8M0FNU", "BFloat16", "Float16", "Float32")
+)
 
 
 def run_fi_patches(
