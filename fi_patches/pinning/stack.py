@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from fi_patches.pins.generation import bump
+from fi_patches.pins.generation import GENERATION, bump
 from fi_patches.pins.table import PinTable
 
 
@@ -92,7 +92,7 @@ class _Scope:
         """The index over this scope's tables and then the process-wide ones."""
         if not self.include_process or not _process_tables:
             return self.index
-        version = _process_version  # read once: a pop may bump it while this merges
+        version = GENERATION[0]  # read once: a pop may bump it while this merges
         if self._merged_version != version:
             self._merged = _merge(self.tables + _process_tables)
             self._merged_version = version
@@ -103,10 +103,6 @@ _EMPTY = _Scope(())
 _scope: contextvars.ContextVar[_Scope] = contextvars.ContextVar("fi_patches_pins", default=_EMPTY)
 _process_lock = threading.Lock()
 _process_tables: tuple[PinTable, ...] = ()
-_process_version = 0
-"""Bumped when the process tables change or a block is left, so scopes merge their index again
-(each such change also bumps the pin state's :mod:`~fi_patches.pins.generation`, which callers
-outside this module cache on)."""
 _suspended: str | None = None
 
 
@@ -176,7 +172,6 @@ def push(table: PinTable) -> Block:
 def pop(block: Block) -> None:
     """Leave ``block``: its table stops being active everywhere, whatever blocks were entered
     or left since and whichever context this runs in. Leaving a block twice does nothing."""
-    global _process_version
     with _process_lock:
         if not block.is_open:
             return
@@ -184,7 +179,6 @@ def pop(block: Block) -> None:
         for scope in list(block.scopes):
             scope._use(tuple(b for b in scope.blocks if b is not block))
         block.scopes.clear()
-        _process_version += 1
         bump()
 
 
@@ -201,21 +195,19 @@ def isolated(*tables: PinTable) -> Iterator[None]:
 
 def add_process_table(table: PinTable) -> None:
     """Activate ``table`` in every thread and context, behind any ``pinned_tactics()`` block."""
-    global _process_tables, _process_version
+    global _process_tables
     with _process_lock:
         if table not in _process_tables:
             _process_tables = (*_process_tables, table)
-            _process_version += 1
             bump()
 
 
 def remove_process_table(table: PinTable) -> None:
-    global _process_tables, _process_version
+    global _process_tables
     with _process_lock:
         remaining = tuple(t for t in _process_tables if t is not table)
         if remaining != _process_tables:
             _process_tables = remaining
-            _process_version += 1
             bump()
 
 
