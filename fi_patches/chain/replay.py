@@ -52,7 +52,7 @@ class ReplayTimer:
                 Path(path), self.path, what="timings file", max_bytes=MAX_BYTES, suffixes=()
             )
         except PinTableError as exc:
-            raise ReplayError("; ".join(str(p) for p in exc.problems)) from exc
+            raise ReplayError(exc.one_line()) from exc
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             found = data.get("format") if isinstance(data, dict) else type(data).__name__
             raise ReplayError(f"{path}: format = {found!r}: must be {FORMAT!r}")

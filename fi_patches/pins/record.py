@@ -112,17 +112,13 @@ def _read_json(path: Path) -> object:
     )
 
 
-def _problems(exc: PinTableError) -> str:
-    return "; ".join(str(p) for p in exc.problems)
-
-
 def from_v1_file(path: Path) -> tuple[list[TunedEntry], dict[str, Any]]:
     """Entries and ``_metadata`` of a v1 JSON config file."""
     try:
         data = _read_json(path)
     except PinTableError as exc:
         raise TunerCacheError(
-            f"the tuner cache {_problems(exc)}; pass a FlashInfer v1 config file or a v2 store "
+            f"the tuner cache {exc.one_line()}; pass a FlashInfer v1 config file or a v2 store "
             "directory"
         ) from exc
     if not isinstance(data, dict):

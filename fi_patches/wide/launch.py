@@ -240,11 +240,10 @@ _ALIGNS = tuple(POINTER_ALIGN[role] for role in ("a", "sfa", "b", "sfb", "c"))
 def launch_plan(kernel: WideKernel, n: int, rows: int, k: int, per_cta: bool = False) -> LaunchPlan:
     """``kernel``'s plan for ``(N, rows, K)``, made once per shape (``per_cta``: the activation
     scales are in the per-CTA layout); raises WideConfigError when it cannot run that shape."""
-    plan = kernel.plans.get((n, rows, k, per_cta))
+    key = (n, rows, k, per_cta)
+    plan = kernel.plans.get(key)
     if plan is None:
-        plan = kernel.plans.setdefault(
-            (n, rows, k, per_cta), LaunchPlan(kernel, n, rows, k, per_cta)
-        )
+        plan = kernel.plans.setdefault(key, LaunchPlan(kernel, n, rows, k, per_cta))
     return plan  # type: ignore[no-any-return]
 
 
