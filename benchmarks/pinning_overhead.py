@@ -1,5 +1,7 @@
 """What pinning costs: the low-latency runner's ``get_valid_tactics`` stock vs inside
-``pinned_tactics()`` (pinned and unpinned problems), and the cost of ``import fi_patches``.
+``pinned_tactics()`` (pinned and unpinned problems), pinned by its ``[[low_latency]]`` section
+and by a ``[[pin]]`` entry (the engine's form for any op); entering and leaving a block of a
+1,000-entry lockfile; and the cost of ``import fi_patches``.
 
 Runs on CPU with the real FlashInfer (targets sm_103 offline through FI_PATCHES_DEVICE).
 Ratios are against stock FlashInfer measured in the same run, in this thread's CPU time.
@@ -88,6 +90,39 @@ def main() -> int:
         source="<benchmark>",
     )
 
+    generic = fi_patches.PinTable.from_mapping(
+        {
+            "meta": {"device": "sm_103", "flashinfer": ""},
+            "pin": [
+                {
+                    "op": "mxfp8_gemm",
+                    "runner": type(runner).__name__,
+                    "shapes": [["rows", k], [k, n], ["*"], ["*"], [0], ["*", n], ["*"]],
+                    "min_rows": 5,
+                    "max_rows": 8,
+                    "tactic": list(pin),
+                }
+            ],
+        },
+        source="<benchmark [[pin]]>",
+    )
+    lockfile = fi_patches.PinTable.from_mapping(
+        {
+            "meta": {"device": "*", "flashinfer": ""},
+            "pin": [
+                {
+                    "op": f"op{i % 7}",
+                    "runner": f"Runner{i % 11}",
+                    "shapes": [["rows", 64 + i], [64 + i, 128], [-1]],
+                    "max_rows": 512,
+                    "tactic": [i, [i % 3, True]],
+                }
+                for i in range(1000)
+            ],
+        },
+        source="<benchmark 1000 entries>",
+    )
+
     def call(inp):
         return lambda: runner.get_valid_tactics(inp, None)
 
@@ -121,6 +156,10 @@ def main() -> int:
             assert runner.get_valid_tactics(pinned_inputs, None) == [pin]
             keep("in pinned", timed(call(pinned_inputs)))
             keep("in unpinned", timed(call(unpinned_inputs)))
+        with fi_patches.pinned_tactics(generic):
+            assert runner.get_valid_tactics(pinned_inputs, None) == [pin]
+            keep("pin pinned", timed(call(pinned_inputs)))
+            keep("pin unpinned", timed(call(unpinned_inputs)))
         holder = threading.Thread(target=hold)
         holder.start()
         entered.wait()
@@ -155,6 +194,20 @@ def main() -> int:
             TARGET_UNPINNED,
         ),
         (
+            "[[pin]] pinned problem (7168x1536, 8 rows)",
+            stock_pinned,
+            best["pin pinned"],
+            paired("pin pinned", "stock pinned"),
+            TARGET_PINNED,
+        ),
+        (
+            "[[pin]] unpinned problem (1536x7168, 8 rows)",
+            stock_unpinned,
+            best["pin unpinned"],
+            paired("pin unpinned", "stock unpinned"),
+            TARGET_UNPINNED,
+        ),
+        (
             "no pins in this thread, wrappers installed",
             stock_pinned,
             other_thread,
@@ -176,6 +229,20 @@ def main() -> int:
             f"{name:<46}{stock:>10.2f}{ours:>15.2f}{ours / stock:>7.2f}{ratio:>8.3f}"
             f"{'<=' + format(target, '.2f'):>9}  {'yes' if ratio <= target else 'NO'}"
         )
+    with fi_patches.pinned_tactics(lockfile):  # checked once; every later entry reuses that
+        pass
+    enter_exit = []
+    for _ in range(args.repeat):
+        start = time.perf_counter()
+        for _ in range(20):
+            with fi_patches.pinned_tactics(lockfile):
+                pass
+        enter_exit.append((time.perf_counter() - start) / 20 * 1e3)
+    print()
+    print(
+        f"{'pinned_tactics() enter+exit, 1,000-entry lockfile':<46}"
+        f"{statistics.median(enter_exit):>10.2f} ms   (median of {args.repeat} rounds of 20)"
+    )
     ms, loaded = import_ms(15)
     print()
     print(

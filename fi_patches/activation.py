@@ -23,7 +23,7 @@ class _State:
     hook_registered: bool = False
     table: Any = None
     held: list[Any] = field(default_factory=list)
-    guard_armed: bool = False
+    """The holds this activation keeps (:mod:`fi_patches.pinning.installation`)."""
     outcome: str = "not requested"
 
 
@@ -38,33 +38,26 @@ def _apply(module: Any = None) -> None:
     with _lock:
         if not _state.requested or _state.table is not None:
             return
-        if not _state.guard_armed:
+        if not _state.held:
             from fi_patches.ranks import automatic
 
-            _state.guard_armed = automatic.arm()
+            guard = automatic.arm()
+            if guard is not None:
+                _state.held.append(guard)
         try:
-            from fi_patches.features import feature_of_section
             from fi_patches.pinning import stack
             from fi_patches.pinning.context import applicable
-            from fi_patches.pinning.installation import INSTALLATIONS
+            from fi_patches.pinning.installation import hold_for
+            from fi_patches.pinning.sections import runner_names
 
             active, sections = applicable(None)
             if active is None:
                 _state.outcome = "nothing to pin (see earlier log lines, if any)"
                 logger.info("fi_patches.auto: %s", _state.outcome)
                 return
-            features = sorted({feature_of_section(s).name for s in sections} & set(INSTALLATIONS))
-            held = []
-            try:
-                for feature in features:
-                    INSTALLATIONS[feature].acquire()
-                    held.append(INSTALLATIONS[feature])
-            except Exception:
-                for installation in reversed(held):
-                    installation.release()
-                raise
+            _state.held.append(hold_for(runner_names(active)))
             stack.add_process_table(active)
-            _state.table, _state.held = active, held
+            _state.table = active
             _state.outcome = f"pinning {', '.join(sections)} from {active.source}"
             logger.info("fi_patches.auto: %s", _state.outcome)
         except PinTableError as exc:
@@ -97,30 +90,28 @@ def enable() -> None:
 def disable() -> None:
     """Remove every fi_patches patch and restore FlashInfer's original objects.
 
-    Process-wide pins stop; ``pinned_tactics()`` blocks still open become inert (their exit
-    is harmless), and the entries preseed blocks wrote leave the tuner's cache. A later
-    :func:`enable` starts over.
+    Process-wide pins stop; ``pinned_tactics()`` blocks still open become inert until they
+    exit (their exit is harmless, and a later :func:`enable` does not bring them back), and
+    preseed blocks' pins stop answering the tuner's lookups. A later :func:`enable` starts
+    over.
     """
     from fi_patches.pinning import stack
-    from fi_patches.pinning.installation import INSTALLATIONS, TUNER_CACHE
+    from fi_patches.pinning.installation import PINNING
     from fi_patches.ranks.automatic import GUARD
 
     with _lock:
         _state.requested = False
         if _state.table is not None:
             stack.remove_process_table(_state.table)
-        for installation in reversed(_state.held):
-            installation.release()
-        _state.table, _state.held, _state.guard_armed = None, [], False
+        for hold in reversed(_state.held):
+            hold.release()
+        _state.table, _state.held = None, []
         _state.outcome = "disabled"
-        for installation in (*INSTALLATIONS.values(), TUNER_CACHE, GUARD):
-            while installation.count:
-                installation.release()
+        stack.leave_all()
+        for installation in (PINNING, GUARD):
+            installation.revoke()
         if "fi_patches.vllm.route" in sys.modules:  # the vLLM route, where the plugin armed it
             sys.modules["fi_patches.vllm.route"].remove()
-        preseed = sys.modules.get("fi_patches.pinning.preseed")
-        if preseed is not None:
-            preseed.unseed_all()
     logger.info("fi_patches: every patch removed")
 
 

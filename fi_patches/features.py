@@ -9,7 +9,17 @@ from __future__ import annotations
 from fi_patches.compat.feature import Feature
 from fi_patches.internals import flashinfer as fi
 from fi_patches.internals import vllm as vl
-from fi_patches.pinning.targets import CUTE_DSL, CUTE_DSL_WARP, LOW_LATENCY
+from fi_patches.internals.names import PINNED_OPS as PINNED_OPS_NAME
+
+PINNED_OPS = Feature(
+    name=PINNED_OPS_NAME,
+    summary="any op FlashInfer tunes is offered only its pinned tactic per tuner key ([[pin]])",
+    requires=(fi.FLASHINFER,),
+    devices=(),
+    self_check="fi_patches.self_checks:pinned_ops",
+    sections=("pin",),
+    checker="fi_patches.pinning.validate:check_pins",
+)
 
 PINNED_TACTICS = Feature(
     name=fi.PINNED_TACTICS,
@@ -20,7 +30,6 @@ PINNED_TACTICS = Feature(
     devices=("sm_100", "sm_103", "sm_107"),
     self_check="fi_patches.self_checks:pinned_tactics",
     sections=("low_latency",),
-    runners=(LOW_LATENCY,),
     checker="fi_patches.pinning.validate:check_low_latency",
 )
 
@@ -32,7 +41,6 @@ PINNED_CUTE_DSL = Feature(
     devices=("sm_100", "sm_103"),
     self_check="fi_patches.self_checks:pinned_cute_dsl",
     sections=("cute_dsl",),
-    runners=(CUTE_DSL, CUTE_DSL_WARP),
     checker="fi_patches.pinning.validate:check_cute_dsl",
 )
 
@@ -44,17 +52,16 @@ WIDE_TILE = Feature(
     self_check="fi_patches.self_checks:wide_tile",
     sections=("wide",),
     checker="fi_patches.pinning.validate:check_wide",
-    recorded=(("fi_patches_wide_mxfp8_gemm", "WideLowLatencyGemmRunner", "wide"),),
 )
 
 PRESEED = Feature(
     name=fi.PRESEED,
     summary=(
-        "pinned_tactics(mode='preseed') writes each pin into FlashInfer's tuner cache, so tuning "
-        "a pinned problem profiles nothing"
+        "pinned_tactics(mode='preseed') answers FlashInfer's cache lookups of pinned keys with "
+        "the pin, so tuning a pinned key profiles nothing"
     ),
     requires=(fi.FLASHINFER,),
-    devices=("sm_100", "sm_103", "sm_107"),
+    devices=(),
     self_check="fi_patches.self_checks:preseed",
 )
 
@@ -77,6 +84,7 @@ VLLM_ROUTE = Feature(
 )
 
 FEATURES: tuple[Feature, ...] = (
+    PINNED_OPS,
     PINNED_TACTICS,
     PINNED_CUTE_DSL,
     WIDE_TILE,

@@ -9,28 +9,22 @@ from typing import Any
 from fi_patches.compat.device import Device
 from fi_patches.internals import flashinfer as fi
 from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
+from fi_patches.pins.keys import tactic_json
 
 _SMALL = (512, 1024)
 """``(n, k)`` of the problems the tuner self-checks pin."""
 
 
-def _as_toml(tactic: Any) -> Any:
-    if isinstance(tactic, tuple):
-        return [_as_toml(part) for part in tactic]
-    return tactic
-
-
 def offers_exactly_the_pin(
     runner: Any, inputs: list[Any], section: str, n: int, k: int, rows: int, feature: str
 ) -> str | None:
-    """With the wrappers of ``feature`` installed, ``runner`` offers its stock list, then only
+    """With the engine's wrappers installed, ``runner`` offers its stock list, then only
     a pinned tactic of it, then its stock list again; else the reason it does not."""
     from fi_patches.pinning import stack
-    from fi_patches.pinning.installation import installation
+    from fi_patches.pinning.installation import hold_for
     from fi_patches.pins.table import PinTable
 
-    held = installation(feature)
-    held.acquire()
+    held = hold_for((type(runner).__name__,))
     try:
         with stack.isolated():
             stock = [
@@ -42,7 +36,7 @@ def offers_exactly_the_pin(
                 f"FlashInfer's runner offers no tactics for an MXFP8 {n}x{k} problem at {rows} rows"
             )
         pin = stock[-1]
-        entry = {"n": n, "k": k, "min_rows": 1, "max_rows": rows, "tactic": _as_toml(pin)}
+        entry = {"n": n, "k": k, "min_rows": 1, "max_rows": rows, "tactic": tactic_json(pin)}
         table = PinTable.from_mapping(
             {"meta": {"device": "*", "flashinfer": ""}, section: [entry]}, source="<self-check>"
         )
@@ -134,27 +128,81 @@ def wide_tile(device: Device) -> str | None:
     return None
 
 
-def preseed(device: Device) -> str | None:
-    """A pin seeded for a low-latency problem is what FlashInfer's own cache lookup returns,
-    and unseeding restores the tuner's stores exactly."""
-    from fi_patches.pinning.preseed import seeded_entries
+def _probe_table(mode_note: str) -> Any:
+    from fi_patches.internals import tuner as fi_tuner
+    from fi_patches.pins.table import PinTable
 
-    n, k = _SMALL
-    rows = 8
-    runner = fi.low_latency_runner(device.sm_version or 0, True)
-    inputs = mxfp8_runner_inputs(n, k, rows, workspace_bytes=fi.workspace_size())
-    tactics = [tuple(t) for t in runner.get_valid_tactics(inputs, None)]
-    if not tactics:
-        return f"FlashInfer's low-latency runner offers no tactics for {n}x{k} at {rows} rows"
-    pin = tactics[-1]
-    tuner = fi.tuner()
-    sizes = fi.input_sizes(tuner, inputs)
-    before = dict(fi.winner_cache(tuner)), dict(fi.policy_store(tuner))
-    with seeded_entries([(runner, inputs, pin)]):
-        hit = tuner.search_cache(fi.MXFP8_OP, [runner], sizes, fi.tuning_config(), inputs)
-    after = dict(fi.winner_cache(tuner)), dict(fi.policy_store(tuner))
-    if not (hit[0] and tuple(hit[2]) == pin):
-        return f"FlashInfer's cache lookup returned {hit[:3]} for a seeded {pin}"
-    if after != before:
-        return "unseeding did not restore the tuner's cache exactly"
+    pin = {
+        "op": fi_tuner.PROBE_OP,
+        "runner": fi_tuner.probe_runner_class().__name__,
+        "shapes": [["rows", 64], [64, 32]],
+        "min_rows": 1,
+        "max_rows": 8,
+        "tactic": [1, 2],
+    }
+    return PinTable.from_mapping(
+        {"meta": {"device": "*", "flashinfer": ""}, "pin": [pin]}, source=f"<{mode_note}>"
+    )
+
+
+def _probe_call() -> tuple[Any, list[Any], Any]:
+    import torch
+
+    from fi_patches.internals import tuner as fi_tuner
+
+    runner = fi_tuner.probe_runner_class()()
+    inputs = [torch.empty(6, 64), torch.empty(64, 32)]
+    return runner, inputs, fi_tuner.tuner()
+
+
+def pinned_ops(device: Device) -> str | None:
+    """A ``[[pin]]`` for a runner of fi_patches' own (as any new FlashInfer op's would be)
+    reaches it: it offers its stock list, then only the pin for a key in the pinned range,
+    its stock list for a key outside it, and its stock list again after."""
+    from fi_patches.pinning import stack
+    from fi_patches.pinning.installation import hold_for
+
+    runner, inputs, _ = _probe_call()
+    held = hold_for((type(runner).__name__,))
+    try:
+        stock = list(runner.get_valid_tactics(inputs, None))
+        with stack.isolated(_probe_table("self-check")):
+            pinned = list(runner.get_valid_tactics(inputs, None))
+            wide = list(runner.get_valid_tactics([inputs[0].new_empty(16, 64), inputs[1]], None))
+        if pinned != [(1, 2)]:
+            return f"a [[pin]] of (1, 2) made the runner offer {pinned}, so the patch misses it"
+        if wide != stock:
+            return f"a key outside the pinned rows was offered {wide}, not the stock {stock}"
+        if list(runner.get_valid_tactics(inputs, None)) != stock:
+            return "the runner's stock tactics changed after a pinned call"
+    finally:
+        held.release()
+    return None
+
+
+def preseed(device: Device) -> str | None:
+    """Inside a preseed scope FlashInfer's own cache lookup returns the pin for a pinned key
+    of fi_patches' probe op, and misses outside it, writing nothing into the tuner's cache."""
+    from fi_patches.internals import tuner as fi_tuner
+    from fi_patches.pinning import stack
+    from fi_patches.pinning.index import PRESEED
+    from fi_patches.pinning.installation import hold_for
+
+    runner, inputs, instance = _probe_call()
+    shapes = tuple(tuple(t.shape) for t in inputs)
+    config = fi_tuner.probe_config()
+    winners = dict(fi_tuner.live_winners(instance))
+    held = hold_for((type(runner).__name__,))
+    try:
+        with stack.isolated(_probe_table("self-check"), mode=PRESEED):
+            hit = instance.search_cache(fi_tuner.PROBE_OP, [runner], shapes, config, inputs)
+        miss = instance.search_cache(fi_tuner.PROBE_OP, [runner], shapes, config, inputs)
+    finally:
+        held.release()
+    if not (hit[0] and tuple(hit[2]) == (1, 2)):
+        return f"FlashInfer's cache lookup returned {hit[:3]} for a preseeded (1, 2)"
+    if miss[0]:
+        return f"after the scope FlashInfer's cache lookup still hit ({miss[:3]})"
+    if dict(fi_tuner.live_winners(instance)) != winners:
+        return "the lookups changed FlashInfer's cache"
     return None

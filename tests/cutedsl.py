@@ -6,8 +6,8 @@ from typing import Any
 
 import torch
 
-from fi_patches.pinning.targets import nested_tuple
 from fi_patches.pins import PinTable
+from fi_patches.pins.keys import as_tactic as nested_tuple
 from tests.mxfp8_inputs import Mxfp8Problem
 
 CLASS = "CuteDSLMxfp8GemmRunner"
@@ -67,3 +67,16 @@ def record_forward(monkeypatch: Any) -> list[dict[str, Any]]:
 
     monkeypatch.setattr(TunableRunner, "__call__", call)
     return calls
+
+
+def served(tuner: Any, n: int, k: int, rows: int) -> Any:
+    """The tactic FlashInfer's own cache lookup serves for the cute-dsl runner at ``rows`` rows
+    of weight ``(n, k)`` outside tuning, or None on a miss."""
+    from flashinfer.gemm import gemm_base
+
+    inputs = Mxfp8Problem(n, k, rows).runner_inputs(gemm_base.DEFAULT_WORKSPACE_SIZE)
+    shapes = tuple(tuner._get_input_sizes(inputs))
+    hit, _, tactic, _ = tuner.search_cache(
+        "mxfp8_gemm", [runner()], shapes, gemm_base._MM_MXFP8_CUTE_DSL_TUNING_CONFIG, inputs=inputs
+    )
+    return nested_tuple(tactic) if hit else None

@@ -46,11 +46,35 @@ class TunableRunner(ABC):
         raise NotImplementedError
 
 
+class DynamicTensorSpec:
+    def __init__(self, input_idx, dim_idx, gen_tuning_buckets, map_to_tuning_buckets):
+        self.input_idx, self.dim_idx = input_idx, dim_idx
+        self.gen_tuning_buckets = gen_tuning_buckets
+        self.map_to_tuning_buckets = map_to_tuning_buckets
+
+
+class TuningConfig:
+    def __init__(self, dynamic_tensor_specs=(), constraint_specs=()):
+        self.dynamic_tensor_specs = dynamic_tensor_specs
+        self.constraint_specs = constraint_specs
+
+
+class ProfilingCacheKey:
+    def __init__(self, custom_op, runner_class_name, nearest_profile, extras):
+        self.custom_op, self.runner_class_name = custom_op, runner_class_name
+        self.nearest_profile, self.extras = nearest_profile, extras
+
+    @property
+    def file_key(self):
+        return str((self.custom_op, self.runner_class_name, self.nearest_profile, self.extras))
+
+
 class AutoTuner:
     _instance = None
 
     def __init__(self):
         self.is_tuning_mode = False
+        self.profiling_cache = {}
 
     @classmethod
     def get(cls):
@@ -58,8 +82,34 @@ class AutoTuner:
             cls._instance = cls()
         return cls._instance
 
+    @classmethod
+    def _find_nearest_profile(cls, shapes, tuning_config):
+        profile = [list(s) for s in shapes]
+        for spec in tuning_config.dynamic_tensor_specs:
+            value = spec.map_to_tuning_buckets(profile[spec.input_idx[0]][spec.dim_idx[0]])
+            for i, d in zip(spec.input_idx, spec.dim_idx):
+                profile[i][d] = value
+        return tuple(tuple(s) for s in profile)
+
+    @classmethod
+    def _get_cache_key(cls, custom_op, runner, input_shapes, tuning_config, extras=()):
+        profile = cls._find_nearest_profile(input_shapes, tuning_config)
+        return ProfilingCacheKey(custom_op, type(runner).__name__, profile, extras)
+
+    def _get_input_sizes(self, inputs):
+        return tuple(tuple(x.shape) if hasattr(x, "shape") else (0,) for x in inputs)
+
     def search_cache(self, custom_op, runners, input_shapes, tuning_config, inputs=None):
         return False, 0, -1, None
+
+    def _profile_single_kernel(self, runner, inputs, tactic, tuning_config=None, **kwargs):
+        raise RuntimeError("the fake FlashInfer has no kernels to time")
+
+    def choose_one(self, custom_op, runners, tuning_config, inputs, **kwargs):
+        hit, index, tactic, _ = self.search_cache(
+            custom_op, runners, self._get_input_sizes(inputs), tuning_config, inputs
+        )
+        return runners[index], tactic
 """
 
 _ENUMERATOR = """

@@ -96,3 +96,19 @@ def cached_low_latency(tuner: Any, n: int, k: int) -> dict[int, Any]:
         if tuple(shapes[1]) == (k, n):
             found[int(shapes[0][0])] = tuple(value[0])
     return found
+
+
+def served(tuner: Any, n: int, k: int, rows: int) -> Any:
+    """The tactic FlashInfer's own cache lookup serves for the low-latency runner at ``rows``
+    rows of weight ``(n, k)`` outside tuning, or None on a miss."""
+    problem = Mxfp8Problem(n, k, rows)
+    inputs = problem.runner_inputs(gemm_base().DEFAULT_WORKSPACE_SIZE)
+    shapes = tuple(tuner._get_input_sizes(inputs))
+    hit, _, tactic, _ = tuner.search_cache(
+        "mxfp8_gemm",
+        [runner()],
+        shapes,
+        gemm_base()._MM_MXFP8_CUTE_DSL_TUNING_CONFIG,
+        inputs=inputs,
+    )
+    return tuple(tactic) if hit else None

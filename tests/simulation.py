@@ -110,9 +110,9 @@ def install(monkeypatch: pytest.MonkeyPatch) -> TunerSpy:
     spy = TunerSpy()
 
     def profile(
-        self: Any, runner: Any, tensors: Any, tactic: Any, *args: Any, **kwargs: Any
+        self: Any, runner: Any, inputs: Any, tactic: Any, *args: Any, **kwargs: Any
     ) -> float:
-        spy.profiled.append(Profiled(type(runner).__name__, int(tensors[0].shape[0]), tactic))
+        spy.profiled.append(Profiled(type(runner).__name__, int(inputs[0].shape[0]), tactic))
         return simulated_time(tactic)
 
     monkeypatch.setattr(AutoTuner, "_profile_single_kernel", profile)

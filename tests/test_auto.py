@@ -44,7 +44,9 @@ def test_enable_pins_every_thread_and_disable_restores_flashinfer(pinning, tmp_p
     try:
         fi_patches.enable()
         fi_patches.enable()  # idempotent
-        assert installed_count() == 2  # the low-latency wrappers and the tuner-cache wrapper
+        assert (
+            installed_count() == 1
+        )  # the engine's wrappers, held once however often enable() runs
         seen = []
         thread = threading.Thread(target=lambda: seen.append(lowlat.offered(runner, N, K, 8)))
         thread.start()

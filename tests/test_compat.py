@@ -118,7 +118,10 @@ def test_probes_against_the_real_flashinfer():
 
 def test_status_has_one_record_per_feature_with_the_fields():
     records = fi_patches.status()
-    assert next(r.name for r in records) == "pinned_tactics"
+    from fi_patches.features import FEATURES
+
+    assert [r.name for r in records] == [f.name for f in FEATURES]
+    assert records[0].name == "pinned_ops"
     for record in records:
         data = record.to_dict()
         assert set(data) >= {"name", "enabled", "reason", "flashinfer", "device", "probes", "pins"}

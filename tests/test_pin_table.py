@@ -190,7 +190,7 @@ def test_wide_entries_are_validated():
     )
 
 
-def test_skip_reason_compares_device_and_release():
+def test_another_device_skips_a_table_and_another_release_checks_it_entry_by_entry():
     from packaging.version import Version
 
     table = PinTable.from_mapping({"meta": {"device": "sm_103", "flashinfer": "==0.7.4"}})
@@ -198,11 +198,14 @@ def test_skip_reason_compares_device_and_release():
     assert "chosen on sm_103; this device is sm_100" in table.skip_reason(
         "sm_100", Version("0.7.4")
     )
-    assert "chosen on FlashInfer ==0.7.4; installed is 0.7.2.post1" in table.skip_reason(
-        "sm_103", Version("0.7.2.post1")
+    assert table.skip_reason("sm_103", Version("0.7.2.post1")) is None
+    assert table.other_release(Version("0.7.4")) is None
+    assert "chosen on FlashInfer ==0.7.4; installed is 0.7.2.post1, so each entry is checked" in (
+        table.other_release(Version("0.7.2.post1")) or ""
     )
     anywhere = PinTable.from_mapping({"meta": {"device": "*", "flashinfer": ""}})
     assert anywhere.skip_reason(None, Version("0.9")) is None
+    assert anywhere.other_release(Version("0.9")) is None
 
 
 ranges = st.lists(

@@ -25,8 +25,13 @@ def run(args: argparse.Namespace) -> int:
 
     selfcheck_cache.bypass(args.fresh)
     records = status()
+    ops = _pinned_ops()
     if args.json:
-        print(json.dumps([r.to_dict() for r in records], indent=2))
+        report = [r.to_dict() for r in records]
+        for item in report:
+            if item["name"] == "pinned_ops":
+                item["ops"] = [dict(op.__dict__) for op in ops]
+        print(json.dumps(report, indent=2))
         return 0
     rows = [
         (r.name, "enabled" if r.enabled else "disabled", r.flashinfer, r.device, r.reason)
@@ -37,5 +42,21 @@ def run(args: argparse.Namespace) -> int:
     if pins:
         print()
         print(render(("feature", "pins"), pins))
+    if ops:
+        print()
+        rows = [(o.op, o.entries, o.applied, o.invalid, o.unchecked) for o in ops]
+        print(render(("op", "entries", "applied", "invalid", "unchecked"), rows))
     print(f"\nstart-up hook: {hook_state().summary()}")
     return 0
+
+
+def _pinned_ops() -> list[Any]:
+    """The default table's ``[[pin]]`` entries per op, as ``pins check`` judges them here."""
+    from fi_patches.pins.check import pins_per_op
+    from fi_patches.pins.default import default_pins
+    from fi_patches.pins.errors import PinTableError
+
+    try:
+        return pins_per_op(default_pins())
+    except PinTableError:
+        return []  # the pins column already names the problem

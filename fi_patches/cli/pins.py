@@ -63,15 +63,25 @@ def _record_device(requested: str | None) -> tuple[str | None, str]:
     return arch, ""
 
 
+def _bucket_of() -> Any:
+    """``mm_mxfp8``'s row-to-bucket map, or None where FlashInfer cannot say (not installed):
+    keys of the MXFP8 runners are then recorded and compared as ``[[pin]]`` keys."""
+    from fi_patches.pinning.validate import mxfp8_bucket_of
+
+    try:
+        return mxfp8_bucket_of()
+    except Exception:
+        return None
+
+
 def run_record(args: argparse.Namespace) -> int:
     import json
 
     from fi_patches.compat.installed import installed_flashinfer
-    from fi_patches.pinning.validate import mxfp8_bucket_of
     from fi_patches.pins.diff import bucket_label
     from fi_patches.pins.errors import PinTableError
     from fi_patches.pins.merge import merge, provenance, runner_order
-    from fi_patches.pins.record import SECTION_OF_RUNNER, TunerCacheError, read_cache, to_table
+    from fi_patches.pins.record import TunerCacheError, read_cache, to_table
     from fi_patches.pins.toml_writer import dumps
 
     device, problem = _record_device(args.device)
@@ -87,8 +97,8 @@ def run_record(args: argparse.Namespace) -> int:
     for path, entries, _ in read:
         if not entries:
             print(
-                f"pins record: {path} holds no tuned entry of a runner fi_patches can pin "
-                f"({', '.join(SECTION_OF_RUNNER)}); nothing written",
+                f"pins record: {path} holds no tuned entry (no key of FlashInfer's form); "
+                "nothing written",
                 file=sys.stderr,
             )
             return 1
@@ -102,16 +112,19 @@ def run_record(args: argparse.Namespace) -> int:
         )
         return 1
     try:
-        bucket_of = mxfp8_bucket_of()
-        merged, votes, buckets = merge(
+        bucket_of = _bucket_of()
+        merged, votes, keys = merge(
             [(path, entries) for path, entries, _ in read], runner_order(int(device[3:]))
         )
 
         def where(vote: Any) -> str:
-            section = SECTION_OF_RUNNER[vote.runner]
-            return bucket_label((section, vote.n, vote.k, vote.bucket), bucket_of)
+            from fi_patches.pins.diff import from_entries
+            from fi_patches.pins.record import Tuned
 
-        note = provenance(paths, votes, buckets, where) if len(paths) > 1 else ""
+            found = from_entries([Tuned(vote.key, vote.chosen)], bucket_of)
+            return bucket_label(next(iter(found.found)), bucket_of)
+
+        note = provenance(paths, votes, keys, where) if len(paths) > 1 else ""
         version = next(iter(versions.values()), None) or installed_flashinfer().version_text
         table = to_table(
             merged,
@@ -125,16 +138,17 @@ def run_record(args: argparse.Namespace) -> int:
         print(f"pins record: the recorded table is not valid here: {exc}", file=sys.stderr)
         return 1
     mapping = table.to_mapping()
-    text = (
-        json.dumps(mapping, indent=2) + "\n"
-        if str(args.out or "").endswith(".json")
-        else dumps(mapping)
-    )
+    as_json = str(args.out or "").endswith(".json")
+    try:
+        text = json.dumps(mapping, indent=2) + "\n" if as_json else dumps(mapping)
+    except TypeError as exc:
+        print(f"pins record: {exc} (--out FILE.json)", file=sys.stderr)
+        return 2
     summary = (
-        f"{buckets - len(votes)} of {buckets} buckets agree; {len(votes)} disagreed, decided "
+        f"{keys - len(votes)} of {keys} buckets agree; {len(votes)} disagreed, decided "
         "by majority, then enumerator order (see [meta] note)"
         if votes
-        else f"all {buckets} buckets agree"
+        else f"all {keys} buckets agree"
     )
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")
@@ -150,7 +164,6 @@ def run_record(args: argparse.Namespace) -> int:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    from fi_patches.pinning.validate import mxfp8_bucket_of
     from fi_patches.pins.diff import bucket_label, differing, read_choices, value_text
     from fi_patches.pins.errors import PinTableError
     from fi_patches.pins.record import TunerCacheError
@@ -158,7 +171,7 @@ def run_diff(args: argparse.Namespace) -> int:
     if len(args.inputs) < 2:
         print("pins diff: give two or more tuner caches or pin tables", file=sys.stderr)
         return 2
-    bucket_of = mxfp8_bucket_of()
+    bucket_of = _bucket_of()
     try:
         choices = [read_choices(path, bucket_of) for path in args.inputs]
     except (TunerCacheError, PinTableError) as exc:

@@ -1,6 +1,6 @@
 """A feature's declaration, in the manner of OpenTelemetry's ``_instruments``: the package it
 patches (whose verified releases it inherits), the devices it runs on, the pin-table sections it
-applies and the runners it pins, how a table's entries are checked, and its behavioural
+applies, how a table's entries are checked, and its behavioural
 self-check. The internals it needs are not listed here: each internal names the features that
 need it (:mod:`fi_patches.internals`), so there is one list to keep."""
 
@@ -17,7 +17,6 @@ from fi_patches.internals import Declared, Dependency
 
 if TYPE_CHECKING:
     from fi_patches.compat.device import Device
-    from fi_patches.pinning.targets import PinnedRunner
 
 SelfCheck = Callable[["Device"], "str | None"]
 """Takes the target device; None when the patched package behaves as the feature needs, else
@@ -45,16 +44,11 @@ class Feature:
     self_check: str
     """``module:function`` of the :data:`SelfCheck`, imported only when it runs."""
     sections: tuple[str, ...] = ()
-    """The pin-table sections this feature applies."""
-    runners: tuple[PinnedRunner, ...] = ()
-    """FlashInfer's runner classes whose tactics it pins (and whose cached winners the
-    tuner-cache wrapper inspects)."""
+    """The pin-table sections this feature applies (how each pins FlashInfer's tuner is its
+    specialization, :mod:`fi_patches.pinning.sections`)."""
     checker: str = ""
     """``module:function`` checking this feature's sections of a table against the installed
     release (a list of ``PinProblem``), imported only when a table is checked."""
-    recorded: tuple[tuple[str, str, str], ...] = ()
-    """``(custom op, runner class, section)`` of tuned runners whose cached winners ``pins
-    record`` turns into this feature's pins, besides :attr:`runners`."""
 
     @property
     def verified(self) -> SpecifierSet:

@@ -17,10 +17,10 @@ def why_not_runnable(runner: Any, inputs: list[Any], tactic: Any) -> str | None:
     import cutlass
 
     from fi_patches.pinning import stack
-    from fi_patches.pinning.targets import nested_tuple
+    from fi_patches.pins.keys import as_tactic
 
     with stack.isolated():  # the stock list, not one narrowed by a block open here
-        offered = [nested_tuple(t) for t in runner.get_valid_tactics(inputs, None)]
+        offered = [as_tactic(t) for t in runner.get_valid_tactics(inputs, None)]
     if tactic not in offered:
         return f"the runner does not offer it here (it offers {len(offered)} tactics)"
     a, b, out = inputs[0], inputs[1], inputs[5]

@@ -5,13 +5,14 @@ it and, where it can be exercised on any machine, a behavioural check; together 
 probe. The rest of fi_patches reaches FlashInfer only through the accessors below, so supporting
 a new release means reading this file against the release (see ``compat/README.md``).
 
-The verified range is stated once, in :data:`FLASHINFER`; version switches are
-:data:`POLICY_KEYED_BY_IDENTITY` and the workspace helper :data:`WORKSPACE_HELPER`.
+The verified range is stated once, in :data:`FLASHINFER`; the version switch is the workspace
+helper :data:`WORKSPACE_HELPER`. FlashInfer's tuner contract, which the engine needs for every
+op, is declared in :mod:`fi_patches.internals.tuner`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable
 from typing import Any
 
 from packaging.specifiers import SpecifierSet
@@ -30,6 +31,15 @@ from fi_patches.internals._declare import (
     InternalError,
     OneOf,
 )
+from fi_patches.internals.names import (
+    PINNED_CUTE_DSL,
+    PINNED_OPS,
+    PINNED_TACTICS,
+    PRESEED,
+    WIDE_TILE,
+)
+
+__all__ = ["PINNED_CUTE_DSL", "PINNED_OPS", "PINNED_TACTICS", "PRESEED", "WIDE_TILE"]
 
 FLASHINFER = Dependency(
     distribution="flashinfer-python",
@@ -40,16 +50,9 @@ FLASHINFER = Dependency(
 """FlashInfer, and the releases every feature is verified on (prerelease-aware: 0.7.5rc1 and
 0.7.4.post1 are not 0.7.4)."""
 
-PINNED_TACTICS, PINNED_CUTE_DSL, WIDE_TILE, PRESEED = (
-    "pinned_tactics",
-    "pinned_cute_dsl",
-    "wide_tile",
-    "preseed",
-)
 _TUNED = (PINNED_TACTICS, PINNED_CUTE_DSL)
 
 GEMM_BASE = "flashinfer.gemm.gemm_base"
-AUTOTUNER = "flashinfer.autotuner"
 LOW_LATENCY = "flashinfer.gemm.kernels.cute_dsl.low_latency_blockscaled_gemm"
 SPLIT_K = "flashinfer.gemm.kernels.dense_blockscaled_gemm_sm100_splitk"
 DENSE = "flashinfer.gemm.kernels.dense_blockscaled_gemm_sm100"
@@ -110,68 +113,9 @@ def _check_tuning_config(config: Any) -> str | None:
     return None
 
 
-def _check_tuner_get(get: Any) -> str | None:
-    instance = get()
-    if not isinstance(getattr(instance, "is_tuning_mode", None), bool):
-        return "the tuner it returns has no boolean is_tuning_mode"
-    return None
-
-
 def _check_positive_int(value: Any) -> str | None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         return f"it is {value!r}, not a positive byte count"
-    return None
-
-
-def _check_mapping_method(method: Any) -> str | None:
-    found = method(tuner())
-    if not isinstance(found, MutableMapping):
-        return f"returned {type(found).__name__}, not a mutable mapping"
-    return None
-
-
-def _check_mapping(value: Any) -> str | None:
-    if not isinstance(value, MutableMapping):
-        return f"it is {type(value).__name__}, not a mutable mapping"
-    return None
-
-
-def _check_lock(value: Any) -> str | None:
-    if not (hasattr(value, "__enter__") and hasattr(value, "__exit__")):
-        return f"it is {type(value).__name__}, not a lock"
-    return None
-
-
-def _probe_key_parts() -> tuple[Any, list[Any]]:
-    from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
-
-    n, k, rows = _PROBE_PROBLEM
-    runner = LOW_LATENCY_RUNNER.resolve()(100, True)
-    return runner, mxfp8_runner_inputs(n, k, rows, workspace_bytes=workspace_size())
-
-
-def _check_input_sizes(method: Any) -> str | None:
-    _, inputs = _probe_key_parts()
-    sizes = tuple(method(tuner(), inputs))
-    if len(sizes) != len(inputs) or not all(isinstance(s, tuple) for s in sizes):
-        return f"returned {str(sizes)[:80]}, not one size tuple per input"
-    return None
-
-
-def _check_cache_key(method: Any) -> str | None:
-    runner, inputs = _probe_key_parts()
-    sizes = tuple(tuple(t.size()) if hasattr(t, "size") else (0,) for t in inputs)
-    extras = runner.get_cache_key_extras(inputs)
-    key = method(MXFP8_OP, runner, sizes, tuning_config(), extras)
-    if key != method(MXFP8_OP, runner, sizes, tuning_config(), extras) or hash(key) is None:
-        return "two keys of one problem differ"
-    return None
-
-
-def _check_policy(method: Any) -> str | None:
-    found = method(tuning_config())
-    if found != method(tuning_config()) or hash(found) is None:
-        return "two policies of one config differ"
     return None
 
 
@@ -199,7 +143,7 @@ AUTOTUNE_TACTICS = Internal(
     CALLABLE,
     LOW_LATENCY,
     "autotune_tactics",
-    (PINNED_TACTICS, PRESEED),
+    (PINNED_TACTICS,),
     params=("problem_sizes_mnkl", "a_dtype", "b_dtype", "sf_dtype", "sf_vec_size", "c_dtype"),
     check=_check_autotune_tactics,
 )
@@ -208,7 +152,7 @@ LOW_LATENCY_RUNNER = Internal(
     FACTORY,
     GEMM_BASE,
     "_cutedsl_low_latency_blockscaled_gemm_runner",
-    (PINNED_TACTICS, PRESEED),
+    (PINNED_TACTICS,),
     params=("sm_version", "enable_pdl"),
     builds="CutedslLowLatencyBlockscaledGemmRunner",
     methods=("get_valid_tactics", "get_cache_key_extras", "forward"),
@@ -219,7 +163,7 @@ CUTE_DSL_RUNNER = Internal(
     FACTORY,
     GEMM_BASE,
     "_cute_dsl_gemm_mxfp8_runner",
-    (PINNED_CUTE_DSL, PRESEED),
+    (PINNED_CUTE_DSL,),
     params=("sm_major", "sm_minor", "enable_pdl", "out_dtype"),
     builds="CuteDSLMxfp8GemmRunner",
     methods=("get_valid_tactics", "forward"),
@@ -244,103 +188,15 @@ TUNING_CONFIG = Internal(
     ATTRIBUTE,
     GEMM_BASE,
     "_MM_MXFP8_CUTE_DSL_TUNING_CONFIG",
-    (*_TUNED, PRESEED),
+    _TUNED,
     check=_check_tuning_config,
 )
-TUNABLE_RUNNER = Internal("tunable_runner", CLASS, AUTOTUNER, "TunableRunner", (*_TUNED, WIDE_TILE))
-RUNNER_VALID_TACTICS = Internal(
-    "runner_get_valid_tactics",
-    METHOD,
-    AUTOTUNER,
-    "TunableRunner.get_valid_tactics",
-    (*_TUNED, WIDE_TILE),
-    params=("inputs", "profile"),
-)
-AUTOTUNER_CLASS = Internal("autotuner", CLASS, AUTOTUNER, "AutoTuner", (*_TUNED, PRESEED))
-AUTOTUNER_GET = Internal(
-    "autotuner_get", METHOD, AUTOTUNER, "AutoTuner.get", (*_TUNED, PRESEED), check=_check_tuner_get
-)
-SEARCH_CACHE = Internal(
-    "search_cache",
-    METHOD,
-    AUTOTUNER,
-    "AutoTuner.search_cache",
-    (*_TUNED, PRESEED),
-    params=("custom_op", "runners", "input_shapes", "tuning_config", "inputs"),
-)
-WINNER_CACHE = Internal(
-    "winner_cache",
-    METHOD,
-    AUTOTUNER,
-    "AutoTuner._winner_cache",
-    (PRESEED,),
-    check=_check_mapping_method,
-)
-WINNER_CACHE_IDENTITY = Internal(
-    "winner_cache_identity",
-    METHOD,
-    AUTOTUNER,
-    "AutoTuner._winner_cache_identity",
-    (PRESEED,),
-    since=Version("0.7.1"),
-)
-"""Present from 0.7.1, where cached measurement policies are keyed by ``(identity, key)``."""
-
-PROFILING_POLICIES = Internal(
-    "profiling_cache_policies",
-    ATTRIBUTE,
-    AUTOTUNER,
-    "AutoTuner.get()._profiling_cache_policies",
-    (PRESEED,),
-    check=_check_mapping,
-)
-PROFILING_POLICY = Internal(
-    "profiling_policy",
-    METHOD,
-    AUTOTUNER,
-    "AutoTuner._profiling_policy",
-    (PRESEED,),
-    params=("tuning_config",),
-    check=_check_policy,
-)
-GET_CACHE_KEY = Internal(
-    "get_cache_key",
-    METHOD,
-    AUTOTUNER,
-    "AutoTuner._get_cache_key",
-    (PRESEED,),
-    params=("custom_op", "runner", "input_shapes", "tuning_config"),
-    check=_check_cache_key,
-)
-GET_INPUT_SIZES = Internal(
-    "get_input_sizes",
-    METHOD,
-    AUTOTUNER,
-    "AutoTuner._get_input_sizes",
-    (PRESEED,),
-    params=("inputs",),
-    check=_check_input_sizes,
-)
-TUNER_LOCK = Internal(
-    "tuner_lock", ATTRIBUTE, AUTOTUNER, "AutoTuner.get()._lock", (PRESEED,), check=_check_lock
-)
-PROFILING_CACHE = Internal(
-    "profiling_cache",
-    ATTRIBUTE,
-    AUTOTUNER,
-    "AutoTuner.get().profiling_cache",
-    (PRESEED,),
-    check=_check_mapping,
-)
-"""The live in-process winners (read by ``fi_patches.pins.record.from_tuner``); the store
-``_winner_cache`` returns in v1 flows, so preseeding writes into it."""
-
 WORKSPACE_SIZE = Internal(
     "workspace_size",
     ATTRIBUTE,
     GEMM_BASE,
     "DEFAULT_WORKSPACE_SIZE",
-    (PINNED_CUTE_DSL, PRESEED),
+    (PINNED_CUTE_DSL,),
     check=_check_positive_int,
 )
 WORKSPACE_HELPER = OneOf(
@@ -454,7 +310,7 @@ KERNEL_CAN_IMPLEMENT = Internal(
     METHOD,
     LOW_LATENCY,
     "LowLatencyBlockscaledGemmKernel.can_implement",
-    (PINNED_TACTICS, WIDE_TILE, PRESEED),
+    (PINNED_TACTICS, WIDE_TILE),
 )
 KERNEL_BODY = Internal(
     "low_latency_kernel_body",
@@ -507,19 +363,6 @@ INTERNALS: tuple[Declared, ...] = (
     CUTE_DSL_RUNNER,
     CUTE_DSL_WARP_RUNNER,
     TUNING_CONFIG,
-    TUNABLE_RUNNER,
-    RUNNER_VALID_TACTICS,
-    AUTOTUNER_CLASS,
-    AUTOTUNER_GET,
-    SEARCH_CACHE,
-    WINNER_CACHE,
-    WINNER_CACHE_IDENTITY,
-    PROFILING_POLICIES,
-    PROFILING_POLICY,
-    GET_CACHE_KEY,
-    GET_INPUT_SIZES,
-    TUNER_LOCK,
-    PROFILING_CACHE,
     WORKSPACE_SIZE,
     WORKSPACE_HELPER,
     COMPUTE_CAPABILITY,
@@ -542,36 +385,7 @@ INTERNALS: tuple[Declared, ...] = (
 """Every internal fi_patches uses, in the order ``doctor --json`` lists their probes."""
 
 
-# version switches -----------------------------------------------------------------------------
-
-POLICY_KEYED_BY_IDENTITY = Version("0.7.1")
-"""From this release the tuner keys cached measurement policies by ``(identity, key)``; before,
-by the cache key alone."""
-
-
 # accessors ------------------------------------------------------------------------------------
-
-
-def tuner() -> Any:
-    """FlashInfer's tuner singleton."""
-    return AUTOTUNER_GET.resolve()()
-
-
-def tunable_runner() -> type:
-    """FlashInfer's runner base class (``TunableRunner``)."""
-    cls: type = TUNABLE_RUNNER.resolve()
-    return cls
-
-
-def autotuner_class() -> type:
-    """FlashInfer's ``AutoTuner`` class (the tuner-cache wrapper patches its ``search_cache``)."""
-    cls: type = AUTOTUNER_CLASS.resolve()
-    return cls
-
-
-def is_tuning(instance: Any) -> bool:
-    """Whether the tuner is inside ``flashinfer.autotune(True)``."""
-    return bool(instance.is_tuning_mode)
 
 
 def autotune_tactics(n: int, k: int, rows: int) -> list[tuple[int, ...]]:
@@ -694,55 +508,3 @@ def autotune() -> Callable[..., Any]:
     """``flashinfer.autotune``, the public tuning context."""
     fn: Callable[..., Any] = AUTOTUNE.resolve()
     return fn
-
-
-# the tuner's cache, for preseeding ------------------------------------------------------------
-
-
-def input_sizes(instance: Any, inputs: list[Any]) -> tuple[tuple[int, ...], ...]:
-    """The input shapes as the tuner reads them (a non-tensor input counts as ``(0,)``)."""
-    return tuple(GET_INPUT_SIZES.resolve()(instance, inputs))
-
-
-def cache_key(instance: Any, runner: Any, inputs: list[Any]) -> Any:
-    """The key FlashInfer's tuner caches ``runner``'s winner for ``inputs`` under."""
-    sizes = input_sizes(instance, inputs)
-    return GET_CACHE_KEY.resolve()(
-        MXFP8_OP, runner, sizes, tuning_config(), runner.get_cache_key_extras(inputs)
-    )
-
-
-def winner_cache(instance: Any) -> MutableMapping[Any, Any]:
-    """The store the tuner reads winners from (the v1 cache or the active v2 partition)."""
-    store: MutableMapping[Any, Any] = WINNER_CACHE.resolve()(instance)
-    return store
-
-
-def policy_store(instance: Any) -> MutableMapping[Any, Any]:
-    """Where the tuner keeps each cached winner's measurement policy."""
-    store: MutableMapping[Any, Any] = instance._profiling_cache_policies
-    return store
-
-
-def policy(config: Any) -> Any:
-    """The measurement policy the tuner records beside a winner tuned under ``config``."""
-    return PROFILING_POLICY.resolve()(config)
-
-
-def policy_key(instance: Any, key: Any, version: Version | None) -> Any:
-    """The policy store's key for the winner cached under ``key`` (see
-    :data:`POLICY_KEYED_BY_IDENTITY`)."""
-    if version is not None and version < POLICY_KEYED_BY_IDENTITY:
-        return key
-    return (WINNER_CACHE_IDENTITY.resolve()(instance), key)
-
-
-def tuner_lock(instance: Any) -> Any:
-    """The tuner's own lock (held while seeding)."""
-    return instance._lock
-
-
-def live_winners(instance: Any) -> MutableMapping[Any, Any]:
-    """The in-process winners FlashInfer tuned or loaded (``profiling_cache``)."""
-    store: MutableMapping[Any, Any] = instance.profiling_cache
-    return store

@@ -7,10 +7,9 @@ import sys
 from typing import Any
 
 from fi_patches.internals import flashinfer as fi
-from fi_patches.mxfp8.routes import Choice, Route, by_shapes, choice_for
+from fi_patches.mxfp8.routes import SHAPES, Choice, Route, choice_for
 from fi_patches.pinning import stack
-from fi_patches.pinning.resolve import TableLike
-from fi_patches.pins.generation import GENERATION
+from fi_patches.pinning.resolve import TableLike, pins_key
 
 _scope_of = stack._scope.get
 
@@ -65,7 +64,7 @@ _STOCK = ""
 
 
 def _route_of(
-    shape: Any, weight_shape: Any, out_dtype: Any, pins: Any, key: tuple[Any, ...]
+    shape: Any, weight_shape: Any, out_dtype: Any, pins: Any, memo: dict[Any, Any]
 ) -> tuple[Any, ...]:
     """Choose (:func:`choice_for`) and remember the route for these shapes under ``key``:
     ``(backend, choice, rows, n, flat, flashinfer)``, where ``backend`` is what ``mm_mxfp8``
@@ -85,7 +84,7 @@ def _route_of(
         else _STOCK
     )
     found = (backend, choice, rows, n, len(shape) == 2, flashinfer)
-    by_shapes[key] = found
+    memo[(shape, weight_shape, out_dtype, pins_key(pins))] = found
     return found
 
 
@@ -109,13 +108,19 @@ def mm(
     route calls ``mm_mxfp8`` with ``stock_backend``.
     """
     shape = x.shape
-    # The route for these shapes under the pins in force: one dict lookup on a key of the
-    # tensors' shapes as they come (resolve.state_key's fields spelled out). Everything the
-    # call needs besides comes with it: each global read costs on a path this short.
-    key = (shape, weight.shape, out_dtype, pins, _scope_of(), GENERATION[0])
-    found = by_shapes.get(key)
+    # The route for these shapes under the pins in force: one dict lookup in this scope's memo
+    # (which the pin state's generation empties) on a key of the tensors' shapes as they come.
+    # Everything the call needs besides comes with it: each global read costs on a path this
+    # short.
+    memo = _scope_of().memo()
+    by_shapes = memo.get(SHAPES)
+    if by_shapes is None:
+        by_shapes = memo.setdefault(SHAPES, {})
+    found = by_shapes.get(
+        (shape, weight.shape, out_dtype, pins if pins is None else pins_key(pins))
+    )
     if found is None:
-        found = _route_of(shape, weight.shape, out_dtype, pins, key)
+        found = _route_of(shape, weight.shape, out_dtype, pins, by_shapes)
     backend, choice, rows, n, flat, flashinfer = found
     a = x if flat else x.reshape(-1, shape[-1])  # flat: the common case, no reshapes
     if x_scale is None:

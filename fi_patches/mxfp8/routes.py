@@ -17,9 +17,8 @@ from typing import Any
 
 from fi_patches.compat.evaluate import on_refresh, status_of
 from fi_patches.pinning import stack
-from fi_patches.pinning.resolve import TableLike, candidate_tables
+from fi_patches.pinning.resolve import TableLike, candidate_tables, pins_key
 from fi_patches.pinning.stack import lookup, lookup_wide
-from fi_patches.pins.generation import GENERATION
 
 LOW_LATENCY_MAX_ROWS = 8
 
@@ -45,12 +44,11 @@ class Choice:
 
 
 _lock = threading.Lock()
-_choices: dict[tuple[Any, ...], Choice] = {}
-by_shapes: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-"""``mm``'s hot-path memo: ``(x.shape, weight.shape, out_dtype, pins, scope, generation)`` ->
-what its call needs (``mxfp8.mm._route_of``), filled through :func:`choice_for` and emptied
-with it by :func:`forget`."""
 _scope_of = stack._scope.get
+_CHOICES = "mxfp8.routes"
+"""The key, in a scope's memo (:meth:`fi_patches.pinning.stack._Scope.memo`), of the routes
+chosen in that scope: they go with the scope, and are chosen again when the pin state's
+generation moves on, so entering blocks does not grow them."""
 
 
 def _low_latency(n: int, k: int, rows: int, out_dtype: Any) -> Choice | None:
@@ -146,28 +144,33 @@ def choice_for(
     n: int, k: int, rows: int, out_dtype: Any, pins: TableLike | None = None, wide_max: int = 48
 ) -> Choice:
     """The cached route of a problem under the pin tables in force (a hit costs one dict
-    lookup; the key changes whenever the tables in force may have)."""
-    # resolve.state_key(pins), spelled out: a call per projection costs as much as the lookup.
-    key = (
-        n,
-        k,
-        rows,
-        out_dtype,
-        wide_max,
-        pins,
-        _scope_of(),
-        GENERATION[0],
-    )
-    choice = _choices.get(key)
+    lookup; the memo changes whenever the tables in force may have)."""
+    memo = _scope_of().memo()
+    choices = memo.get(_CHOICES)
+    if choices is None:
+        choices = memo.setdefault(_CHOICES, {})
+    key = (n, k, rows, out_dtype, wide_max, pins_key(pins))
+    choice = choices.get(key)
     if choice is None:
         tables = candidate_tables(pins)
         with _lock:
-            choice = _choices.get(key)
+            choice = choices.get(key)
             if choice is None:
                 choice = _choose(n, k, rows, out_dtype, tables, wide_max)
                 choice.tables = tables
-                _choices[key] = choice
+                choices[key] = choice
     return choice
+
+
+def memo_size() -> int:
+    """Routes remembered in this context's scope (for tests and benchmarks)."""
+    memo = _scope_of().memo()
+    return len(memo.get(_CHOICES, ())) + len(memo.get(SHAPES, ()))
+
+
+SHAPES = "mxfp8.mm"
+"""The key of ``mm``'s hot-path memo in a scope's memo: ``(x.shape, weight.shape, out_dtype,
+pins)`` -> what its call needs (``mxfp8.mm._route_of``)."""
 
 
 def explain(
@@ -187,7 +190,8 @@ def explain(
 
 @on_refresh
 def forget() -> None:
-    """Choose every route again (after pins or features change)."""
-    with _lock:
-        _choices.clear()
-        by_shapes.clear()
+    """Choose every route again (after pins or features change): the pin state's generation
+    moves on, which empties every scope's memo."""
+    from fi_patches.pins.generation import bump
+
+    bump()

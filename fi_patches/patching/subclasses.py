@@ -1,5 +1,5 @@
-"""Wrap a method on every FlashInfer runner class of a given name, those that exist now and
-those created later.
+"""Wrap a method on FlashInfer runner classes by name, those that exist now and those created
+later, and on any runner class handed over while the patch is applied.
 
 FlashInfer builds its CuTe DSL runner classes inside factory functions (one class per call
 before 0.7.4, one per ``lru_cache`` key from 0.7.4), so there is no module attribute to patch
@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from fi_patches._logging import get_logger, log_once
@@ -107,44 +107,51 @@ def _watch(base: type) -> _SubclassWatch:
 
 
 class RunnerMethodPatch:
-    """Wraps ``method`` of every subclass of ``base`` named ``class_name`` from ``module``."""
+    """Wraps ``method`` of subclasses of ``base`` by class name (any module, as FlashInfer's
+    tuner keys name them), those that exist now and those created later, and of any class
+    handed to :meth:`add_class` while applied. Names and classes can be added while applied;
+    :meth:`revert` restores every class it wrapped. ``make(name)`` builds the replacement
+    factory for a class of that name."""
 
-    def __init__(
-        self, base: type, module: str, class_name: str, method: str, make: Replacement
-    ) -> None:
+    def __init__(self, base: type, method: str, make: Callable[[str], Replacement]) -> None:
         self.base = base
-        self.module = module
-        self.class_name = class_name
         self.method = method
         self.make = make
         self.active = False
+        self.names: set[str] = set()
         self._patched: list[tuple[weakref.ref[type], Any, Any]] = []
+        self._wrapped: weakref.WeakSet[type] = weakref.WeakSet()
 
     def describe(self) -> str:
-        return f"{self.module}.<factory>.{self.class_name}.{self.method}"
+        return f"{self.base.__module__}.<runner classes>.{self.method}"
 
-    def matches(self, cls: type) -> bool:
-        return cls.__name__ == self.class_name and cls.__module__ == self.module
+    def _on_new_class(self, cls: type) -> None:
+        if cls.__name__ in self.names:
+            self.add_class(cls)
 
-    def _patch_class(self, cls: type) -> None:
-        if not self.matches(cls):
-            return
+    def add_names(self, names: Iterable[str]) -> None:
+        """Wrap every live subclass named in ``names``, and the ones created from now on."""
         with _lock:
+            new = set(names) - self.names
+            if not new or not self.active:
+                return
+            self.names |= new
+            for cls in all_subclasses(self.base):
+                if cls.__name__ in new:
+                    self.add_class(cls)
+
+    def add_class(self, cls: type) -> None:
+        """Wrap ``cls``'s own ``method`` (once; a class that inherits it is left alone)."""
+        with _lock:
+            if not self.active or cls in self._wrapped:
+                return
             original = vars(cls).get(self.method)
-            if original is None:
-                log_once(
-                    logger,
-                    logging.WARNING,
-                    f"nomethod:{cls.__qualname__}.{self.method}",
-                    "%s defines no %s; left unpatched",
-                    cls.__qualname__,
-                    self.method,
-                )
+            if original is None or not callable(original):
+                self._wrapped.add(cls)  # inherits it: its base's wrapper (if any) serves
                 return
-            if any(installed is original for _, _, installed in self._patched):
-                return
-            installed = self.make(original, self)
+            installed = self.make(cls.__name__)(original, self)
             type.__setattr__(cls, self.method, installed)
+            self._wrapped.add(cls)
             self._patched = [entry for entry in self._patched if entry[0]() is not None]
             self._patched.append((weakref.ref(cls), original, installed))
 
@@ -154,9 +161,7 @@ class RunnerMethodPatch:
                 return
             self.active = True
             try:
-                _watch(self.base).add(self._patch_class)
-                for cls in all_subclasses(self.base):
-                    self._patch_class(cls)
+                _watch(self.base).add(self._on_new_class)
             except Exception:
                 self.revert()
                 raise
@@ -166,8 +171,8 @@ class RunnerMethodPatch:
             if not self.active and not self._patched:
                 return
             self.active = False
-            _watch(self.base).remove(self._patch_class)
-            for ref, original, installed in self._patched:
+            _watch(self.base).remove(self._on_new_class)
+            for ref, original, installed in reversed(self._patched):
                 cls = ref()
                 if cls is None:
                     continue
@@ -180,3 +185,9 @@ class RunnerMethodPatch:
                         self.method,
                     )
             self._patched = []
+            self._wrapped = weakref.WeakSet()
+            self.names = set()
+
+    def wrapped(self) -> list[type]:
+        """The live classes wrapped now."""
+        return [cls for ref, _, _ in self._patched if (cls := ref()) is not None]

@@ -79,7 +79,7 @@ def applicable(
         )
     if not sections:
         return None, ()
-    skip = resolved.skip_reason(current_device().arch, installed_flashinfer().version)
+    skip = resolved.skip_reason(current_device().arch)
     if skip is not None:
         log_once(
             logger,
@@ -89,10 +89,13 @@ def applicable(
             skip,
         )
         return None, ()
+    upgrade = resolved.other_release(installed_flashinfer().version)
+    if upgrade is not None:
+        log_once(logger, logging.INFO, f"upgrade:{upgrade}", "fi_patches: %s", upgrade)
     from fi_patches.pinning.validate import check_table
 
-    check_table(resolved, sections)
-    return _view(resolved, tuple(sections)), tuple(sections)
+    checked = check_table(resolved, sections)
+    return _view(checked, tuple(sections)), tuple(sections)
 
 
 MODES = ("narrow", "preseed")
@@ -106,9 +109,10 @@ def pinned_tactics(
     """Offer FlashInfer's tuner only the pinned tactic for the problems ``table`` pins.
 
     ``mode="narrow"`` (the default) narrows the tuner's candidates to the pin, so tuning
-    caches the pin (and it serves after the block). ``mode="preseed"`` instead writes the pins
-    into the tuner's cache for every pinned bucket, so tuning them profiles nothing; the
-    previous cache entries come back when the block exits.
+    caches the pin (and it serves after the block). ``mode="preseed"`` instead answers the
+    tuner's cache lookups of pinned keys with the pin while the block is open, in this context,
+    so tuning them profiles nothing and serving uses the pin; nothing is written into the
+    tuner's cache, so leaving the block, in any order, leaves the cache as it was.
 
     ``table`` is a :class:`PinTable`, a path to a TOML/JSON pin file, a mapping, or None for
     the default table (``FI_PATCHES_PINS``, else :func:`register_pins`). Blocks nest (the inner
@@ -147,32 +151,21 @@ def _arm_rank_guard(held: ExitStack) -> None:
     block pins nothing (a feature off here) must still meet the other ranks' guard."""
     from fi_patches.ranks import automatic
 
-    if automatic.arm():
-        held.callback(automatic.disarm)
+    hold = automatic.arm()
+    if hold is not None:
+        held.callback(hold.release)
 
 
 def _pinned(
     held: ExitStack, active: PinTable, sections: tuple[str, ...], mode: str
 ) -> Iterator[PinTable]:
     from fi_patches.pinning import stack
-    from fi_patches.pinning.installation import INSTALLATIONS
+    from fi_patches.pinning.installation import hold_for
+    from fi_patches.pinning.sections import runner_names
 
-    if mode == "preseed":
-        from fi_patches.pinning.preseed import preseeded
-
-        with preseeded(active, sections, current_device().sm_version or 0):
-            block = stack.push(active)  # pinned_mm and the wide runner read it
-            try:
-                yield active
-            finally:
-                stack.pop(block)
-        return
-
-    features = {feature_of_section(s).name for s in sections}
-    for feature in sorted(features & set(INSTALLATIONS)):
-        INSTALLATIONS[feature].acquire()
-        held.callback(INSTALLATIONS[feature].release)
-    block = stack.push(active)
+    hold = hold_for(runner_names(active))
+    held.callback(hold.release)
+    block = stack.push(active, mode)
     try:
         yield active
     finally:

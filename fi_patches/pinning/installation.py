@@ -1,101 +1,150 @@
-"""Reference-counted installation of the pinning wrappers, per feature: the first acquire
-patches, the last release restores the exact original objects. The tuner-cache wrapper is
-shared by every feature that pins a tuned runner."""
+"""Reference-counted installation of fi_patches' wrappers: the first holder patches, the last
+to release restores the exact original objects.
+
+A holder gets a :class:`Hold`, and releasing counts only a hold of the current installation:
+``fi_patches.disable()`` revokes every hold at once (:meth:`Installation.revoke`), and a block
+opened before it that leaves afterwards releases nothing, so it never tears down the wrappers
+of a block opened after a later ``enable()``.
+
+The engine's installation (:data:`PINNING`) patches FlashInfer's tuner (``search_cache``,
+``choose_one``, the profiling call) and wraps ``get_valid_tactics`` of the runner classes the
+tables in force name, and of every runner of an op those tables pin while it is tuned.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from fi_patches.features import FEATURES
-from fi_patches.internals import flashinfer as fi
+from fi_patches.internals import tuner as fi_tuner
 from fi_patches.patching import AttributePatch, PatchSet, RunnerMethodPatch
-from fi_patches.pinning.offers import valid_tactics_replacement
+from fi_patches.pinning.narrowing import valid_tactics_replacement
 from fi_patches.pinning.tuner_cache import search_cache_replacement
+from fi_patches.pinning.tuning_calls import choose_one_replacement, profile_replacement
+
+
+class Hold:
+    """One holder's share of an :class:`Installation` (what ``acquire`` returns)."""
+
+    __slots__ = ("epoch", "installation", "released")
+
+    def __init__(self, installation: Installation, epoch: int) -> None:
+        self.installation = installation
+        self.epoch = epoch
+        self.released = False
+
+    def release(self) -> None:
+        self.installation.release(self)
 
 
 class Installation:
-    """Patches built by ``build`` while at least one holder has acquired them."""
+    """Patches built by ``build`` while at least one :class:`Hold` of it is live."""
 
-    def __init__(
-        self, name: str, build: Callable[[], PatchSet], needs: tuple[Installation, ...] = ()
-    ) -> None:
+    def __init__(self, name: str, build: Callable[[], PatchSet]) -> None:
         self.name = name
         self.build = build
-        self.needs = needs
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self.count = 0
+        self.epoch = 0
         self.patches: PatchSet | None = None
 
-    def acquire(self) -> None:
+    def acquire(self) -> Hold:
         """Install (on the first holder); raises ``PatchError`` with nothing left applied."""
-        held: list[Installation] = []
-        try:
-            for need in self.needs:
-                need.acquire()
-                held.append(need)
-            with self.lock:
-                if self.count == 0:
-                    patches = self.build()
-                    patches.apply()
-                    self.patches = patches
-                self.count += 1
-        except BaseException:
-            for need in reversed(held):
-                need.release()
-            raise
-
-    def release(self) -> None:
         with self.lock:
             if self.count == 0:
+                patches = self.build()
+                patches.apply()
+                self.patches = patches
+            self.count += 1
+            return Hold(self, self.epoch)
+
+    def release(self, hold: Hold) -> None:
+        """Give ``hold`` back (once; a hold revoked by :meth:`revoke` gives back nothing)."""
+        with self.lock:
+            if hold.released or hold.epoch != self.epoch or self.count == 0:
+                hold.released = True
                 return
+            hold.released = True
             self.count -= 1
-            if self.count == 0 and self.patches is not None:
-                self.patches.revert()
-                self.patches = None
-        for need in reversed(self.needs):
-            need.release()
+            if self.count == 0:
+                self._uninstall()
+
+    def revoke(self) -> None:
+        """Restore the originals now and void every hold given out so far."""
+        with self.lock:
+            self.count = 0
+            self.epoch += 1
+            self._uninstall()
+
+    def _uninstall(self) -> None:
+        if self.patches is not None:
+            self.patches.revert()
+            self.patches = None
 
 
-def _tuner_patches() -> PatchSet:
-    return PatchSet(
-        [AttributePatch(fi.autotuner_class(), fi.SEARCH_CACHE.name, search_cache_replacement)]
+_runners: list[RunnerMethodPatch] = []
+"""The runner wrappers of the live :data:`PINNING` installation (none while uninstalled)."""
+
+
+def _wrap_runners(runners: Iterable[Any]) -> None:
+    for patch in _runners:
+        for runner in runners:
+            patch.add_class(type(runner))
+
+
+def _build() -> PatchSet:
+    tuner_class = fi_tuner.autotuner_class()
+    runners = RunnerMethodPatch(
+        fi_tuner.tunable_runner(), fi_tuner.RUNNER_VALID_TACTICS.name, valid_tactics_replacement
     )
-
-
-def _runner_patches(runners: tuple[Any, ...]) -> Callable[[], PatchSet]:
-    def build() -> PatchSet:
-        base = fi.tunable_runner()
-        patches: list[Any] = [
-            RunnerMethodPatch(
-                base,
-                t.module,
-                t.class_name,
-                fi.RUNNER_VALID_TACTICS.name,
-                valid_tactics_replacement(t),
-            )
-            for t in runners
+    patches = PatchSet(
+        [
+            AttributePatch(tuner_class, fi_tuner.SEARCH_CACHE.name, search_cache_replacement),
+            AttributePatch(
+                tuner_class, fi_tuner.CHOOSE_ONE.name, choose_one_replacement(_wrap_runners)
+            ),
+            AttributePatch(tuner_class, fi_tuner.PROFILE_SINGLE_KERNEL.name, profile_replacement),
+            runners,
+            _Registered(runners),
         ]
-        return PatchSet(patches)
-
-    return build
-
-
-TUNER_CACHE = Installation("tuner_cache", _tuner_patches)
-
-INSTALLATIONS: dict[str, Installation] = {
-    f.name: Installation(f.name, _runner_patches(f.runners), (TUNER_CACHE,))
-    for f in FEATURES
-    if f.runners
-}
+    )
+    return patches
 
 
-def installation(feature: str) -> Installation:
-    """The installation of the runner wrappers of ``feature``."""
-    return INSTALLATIONS[feature]
+class _Registered:
+    """Lists a runner patch in :data:`_runners` while applied (so ``choose_one`` reaches it)."""
+
+    def __init__(self, patch: RunnerMethodPatch) -> None:
+        self.patch = patch
+
+    def describe(self) -> str:
+        return "fi_patches' registry of runner wrappers"
+
+    def apply(self) -> None:
+        _runners.append(self.patch)
+
+    def revert(self) -> None:
+        if self.patch in _runners:
+            _runners.remove(self.patch)
+
+
+PINNING = Installation("pinning", _build)
+"""Held by each open ``pinned_tactics()`` block and by ``fi_patches.auto``."""
+
+
+def hold_for(runner_names: Iterable[str]) -> Hold:
+    """Acquire :data:`PINNING` and wrap the runner classes named (all or nothing)."""
+    hold = PINNING.acquire()
+    try:
+        for patch in _runners:
+            patch.add_names(runner_names)
+    except BaseException:
+        hold.release()
+        raise
+    return hold
 
 
 def installed_count() -> int:
-    """How many holders keep wrappers installed, over all installations (0 means stock)."""
-    return TUNER_CACHE.count + sum(i.count for i in INSTALLATIONS.values())
+    """How many holders keep the wrappers installed (0 means stock)."""
+    return PINNING.count

@@ -2,9 +2,9 @@
 first) over process-wide tables (``fi_patches.auto``). One installed wrapper reads it, so
 entering and leaving never patches or unpatches anything per thread.
 
-Each scope keeps a merged index, ``section -> (n, k) -> entries in priority order`` (and the
-same keyed ``(k, n)``, the orientation of ``mm_mxfp8``'s column-major weight, so the hot path
-looks a tensor's ``shape`` up as it is), costing one context-variable read and two dict lookups.
+Each scope keeps a merged index of its tables (:mod:`fi_patches.pinning.index`), so the
+installed wrappers' fast path costs one context-variable read and a dict lookup or two, and a
+memo for the routers of :mod:`fi_patches.mxfp8`, which dies with the scope.
 
 Leaving a block removes exactly that block's table, by identity, whatever order blocks are
 left in (generators closed out of order, tasks abandoned and finalized elsewhere): :func:`pop`
@@ -22,45 +22,26 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from fi_patches.pinning.index import NARROW, PinIndex, merge
+from fi_patches.pinning.sections import covering
 from fi_patches.pins.generation import GENERATION, bump
 from fi_patches.pins.table import PinTable
-
-
-class SectionIndex:
-    """One section's active entries by weight shape, in priority order."""
-
-    __slots__ = ("by_kn", "by_nk")
-
-    def __init__(self, by_nk: dict[tuple[int, int], tuple[Any, ...]]) -> None:
-        self.by_nk = by_nk
-        self.by_kn = {(k, n): group for (n, k), group in by_nk.items()}
-
-
-Index = dict[str, SectionIndex]
-
-
-def _merge(tables: tuple[PinTable, ...]) -> Index:
-    merged: dict[str, dict[tuple[int, int], list[Any]]] = {}
-    for table in tables:
-        for section, entries in table.sections.items():
-            for entry in entries:
-                if hasattr(entry, "min_rows"):
-                    merged.setdefault(section, {}).setdefault((entry.n, entry.k), []).append(entry)
-    return {
-        section: SectionIndex({shape: tuple(group) for shape, group in shapes.items()})
-        for section, shapes in merged.items()
-    }
 
 
 class Block:
     """One open ``pinned_tactics()`` block (what :func:`push` returns and :func:`pop` takes)."""
 
-    __slots__ = ("is_open", "scopes", "table")
+    __slots__ = ("__weakref__", "is_open", "mode", "scopes", "table")
 
-    def __init__(self, table: PinTable) -> None:
+    def __init__(self, table: PinTable, mode: str = NARROW) -> None:
         self.table = table
+        self.mode = mode
         self.is_open = True
         self.scopes: weakref.WeakSet[_Scope] = weakref.WeakSet()
+
+
+_open_blocks: weakref.WeakSet[Block] = weakref.WeakSet()
+"""Every block pushed and not yet left, for :func:`leave_all`."""
 
 
 class _Scope:
@@ -69,6 +50,8 @@ class _Scope:
 
     __slots__ = (
         "__weakref__",
+        "_memo",
+        "_memo_version",
         "_merged",
         "_merged_version",
         "blocks",
@@ -79,24 +62,37 @@ class _Scope:
 
     def __init__(self, blocks: tuple[Block, ...], include_process: bool = True) -> None:
         self.include_process = include_process
+        self._memo: dict[Any, Any] = {}
+        self._memo_version = -1
         self._use(blocks)
 
     def _use(self, blocks: tuple[Block, ...]) -> None:
         self.blocks = blocks
         self.tables: tuple[PinTable, ...] = tuple(b.table for b in blocks)  # innermost first
-        self.index: Index | None = _merge(self.tables) if blocks else None
-        self._merged: Index | None = None
+        pairs = tuple((b.table, b.mode) for b in blocks)
+        self.index: PinIndex | None = merge(pairs) if blocks else None
+        self._merged: PinIndex | None = None
         self._merged_version = -1
 
-    def with_process(self) -> Index | None:
+    def with_process(self) -> PinIndex | None:
         """The index over this scope's tables and then the process-wide ones."""
         if not self.include_process or not _process_tables:
             return self.index
         version = GENERATION[0]  # read once: a pop may bump it while this merges
         if self._merged_version != version:
-            self._merged = _merge(self.tables + _process_tables)
+            pairs = tuple((b.table, b.mode) for b in self.blocks)
+            self._merged = merge(pairs + tuple((t, NARROW) for t in _process_tables))
             self._merged_version = version
         return self._merged
+
+    def memo(self) -> dict[Any, Any]:
+        """This scope's memo for the pin state's current generation (routers cache what they
+        chose here; it goes with the scope, and is emptied when the generation moves on)."""
+        version = GENERATION[0]
+        if self._memo_version != version:
+            self._memo = {}
+            self._memo_version = version
+        return self._memo
 
 
 _EMPTY = _Scope(())
@@ -106,37 +102,37 @@ _process_tables: tuple[PinTable, ...] = ()
 _suspended: str | None = None
 
 
-def current_index() -> Index | None:
-    """The merged index of the pins active here, or None when there are none (fast path)."""
-    scope = _scope.get()
-    if _process_tables and scope.include_process:
-        return scope.with_process()
-    return scope.index
+def current_index() -> PinIndex | None:
+    """The merged index of the pins active here, or None when there are none or pins are
+    suspended (fast path)."""
+    if _suspended is not None:
+        return None
+    here = _scope.get()
+    if _process_tables and here.include_process:
+        return here.with_process()
+    return here.index
 
 
-def covering(group: tuple[Any, ...], rows: int) -> Any:
-    """The first entry of ``group`` (one weight shape, priority order) covering ``rows``."""
-    for entry in group:
-        if entry.min_rows <= rows <= entry.max_rows:
-            return entry
-    return None
-
-
-def find(index: Index, section: str, n: int, k: int, rows: int) -> Any:
+def find(index: PinIndex, section: str, n: int, k: int, rows: int) -> Any:
     """The highest-priority entry of ``section`` covering ``rows`` rows of weight ``(n, k)``."""
-    shapes = index.get(section)
+    shapes = index.sections.get(section)
     group = shapes.by_nk.get((n, k)) if shapes is not None else None
     return covering(group, rows) if group else None
+
+
+def scope() -> _Scope:
+    """This context's scope (its blocks and memo)."""
+    return _scope.get()
 
 
 def active_tables() -> tuple[PinTable, ...]:
     """The tables consulted now, in priority order (none while pins are suspended)."""
     if _suspended is not None:
         return ()
-    scope = _scope.get()
-    if scope.include_process and _process_tables:
-        return scope.tables + _process_tables
-    return scope.tables
+    here = _scope.get()
+    if here.include_process and _process_tables:
+        return here.tables + _process_tables
+    return here.tables
 
 
 def lookup(tables: tuple[PinTable, ...], section: str, n: int, k: int, rows: int) -> Any:
@@ -157,14 +153,17 @@ def lookup_wide(tables: tuple[PinTable, ...], n: int, k: int, tile: int) -> Any:
     return None
 
 
-def push(table: PinTable) -> Block:
-    """Make ``table`` the innermost table of this context; give the block to :func:`pop`."""
-    block = Block(table)
+def push(table: PinTable, mode: str = NARROW) -> Block:
+    """Make ``table`` the innermost table of this context; give the block to :func:`pop`.
+    ``mode="preseed"``: the tuner-cache wrapper answers its keys itself."""
+    block = Block(table, mode)
     with _process_lock:
-        scope = _scope.get()
-        inner = _Scope((block, *scope.blocks), scope.include_process)
+        current = _scope.get()
+        inner = _Scope((block, *current.blocks), current.include_process)
         for held in inner.blocks:
             held.scopes.add(inner)
+        _open_blocks.add(block)
+        bump()  # a scope made now must not meet a memo row of one that had its address
     _scope.set(inner)
     return block
 
@@ -175,18 +174,34 @@ def pop(block: Block) -> None:
     with _process_lock:
         if not block.is_open:
             return
-        block.is_open = False
-        for scope in list(block.scopes):
-            scope._use(tuple(b for b in scope.blocks if b is not block))
-        block.scopes.clear()
+        _leave(block)
         bump()
 
 
+def _leave(block: Block) -> None:
+    block.is_open = False
+    _open_blocks.discard(block)
+    for holder in list(block.scopes):
+        holder._use(tuple(b for b in holder.blocks if b is not block))
+    block.scopes.clear()
+
+
+def leave_all() -> int:
+    """Leave every open block now, in every context (``fi_patches.disable()``): their tables
+    stop counting and their own exit then does nothing. Returns how many were open."""
+    with _process_lock:
+        blocks = [b for b in list(_open_blocks) if b.is_open]
+        for block in blocks:
+            _leave(block)
+        bump()
+    return len(blocks)
+
+
 @contextmanager
-def isolated(*tables: PinTable) -> Iterator[None]:
+def isolated(*tables: PinTable, mode: str = NARROW) -> Iterator[None]:
     """Only ``tables`` are active inside (no outer context, no process tables): for self-checks
     and for validating against FlashInfer's stock lists. Synchronous use only."""
-    token = _scope.set(_Scope(tuple(Block(t) for t in tables), include_process=False))
+    token = _scope.set(_Scope(tuple(Block(t, mode) for t in tables), include_process=False))
     try:
         yield
     finally:

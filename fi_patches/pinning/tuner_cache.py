@@ -1,76 +1,157 @@
-"""``AutoTuner.search_cache`` while tuning: a winner cached before the pins for a pinned
-problem counts as a miss, so the tuner profiles that problem again over the pin alone.
-Lookups outside tuning, and every unpinned problem, get FlashInfer's answer unchanged."""
+"""``AutoTuner.search_cache`` for pinned keys, of any op.
+
+* A key pinned by a ``mode="preseed"`` block is answered with its pin, in this context, while
+  tuning and serving alike: tuning it profiles nothing, and nothing is written into FlashInfer's
+  cache, so leaving the block (in any order, from any thread) leaves the cache as it was.
+* While tuning, a winner cached for a pinned key that is not the pin (tuned before the block,
+  or by another of the op's runners) is a miss, so the tuner profiles the key again over the
+  pin alone; the pinned runner's own entry is looked up first.
+* Everything else gets FlashInfer's answer unchanged. After FlashInfer's own lookup, everything
+  runs under one guard: on any surprise the result is FlashInfer's, and the surprise is logged
+  once.
+"""
 
 from __future__ import annotations
 
 import functools
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from fi_patches._logging import get_logger, log_once
-from fi_patches.features import FEATURES
-from fi_patches.internals import flashinfer as fi
-from fi_patches.pinning.stack import current_index, find
-from fi_patches.pinning.targets import PinnedRunner
+from fi_patches.internals import tuner as fi_tuner
+from fi_patches.pinning import stack
+from fi_patches.pinning.index import PRESEED, PinIndex, key_hit, section_hit
+from fi_patches.pinning.tuning_calls import CALL
+from fi_patches.pins.keys import as_tactic, extras_text
 
 logger = get_logger(__name__)
 
 _MISS = (False, 0, -1, None)
+_POSITIONAL = ("runners", "input_shapes", "tuning_config", "inputs")
 
 
-_TARGETS: dict[str, PinnedRunner] = {t.class_name: t for f in FEATURES for t in f.runners}
+def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
+    """``(runners, input_shapes, tuning_config, inputs)`` of a ``search_cache`` call."""
+    runners = args[0] if args else kwargs["runners"]
+    shapes = args[1] if len(args) > 1 else kwargs["input_shapes"]
+    config = args[2] if len(args) > 2 else kwargs["tuning_config"]
+    inputs = args[3] if len(args) > 3 else kwargs.get("inputs")
+    return runners, shapes, config, inputs
 
 
-def _pinned_miss(result: Any, args: tuple[Any, ...], kwargs: dict[str, Any], index: Any) -> bool:
-    """Whether a tuner cache hit is a pinned problem's non-pinned tactic (to be re-tuned)."""
-    if not result[0]:
-        return False
-    runner_id, tactic = result[1], result[2]
-    runners = args[1] if len(args) > 1 else kwargs["runners"]
-    shapes = args[2] if len(args) > 2 else kwargs["input_shapes"]
-    inputs = args[4] if len(args) > 4 else kwargs.get("inputs")
-    runner = runners[runner_id]
-    target = _TARGETS.get(type(runner).__name__)
-    if target is None or inputs is None or type(runner).__module__ != target.module:
-        return False
-    problem = target.problem(inputs, shapes)
-    if problem is None:
-        return False
-    entry = find(index, target.section, *problem)
-    if entry is None or (not target.silenced and target.normalize(tactic) == entry.tactic):
-        return False
-    logger.debug(
-        "tuning: cached tactic %s for pinned n=%d k=%d rows=%d is not the pin %s; re-tuning",
-        tactic,
-        *problem,
-        entry.tactic,
-    )
-    return True
+def pinned_runner(
+    tuner: Any,
+    index: PinIndex,
+    op: str,
+    runners: Sequence[Any],
+    shapes: Any,
+    config: Any,
+    inputs: Any,
+) -> tuple[int, Any, Any] | None:
+    """``(runner index, entry, tactic)`` of the pin serving this lookup, or None."""
+    profile: list[Any] = []
+    for position, runner in enumerate(runners):
+        name = type(runner).__name__
+        pins = index.classes.get(name)
+        if pins is None:
+            continue
+        for spec in pins.specs:
+            if spec.ops is not None and op not in spec.ops:
+                continue
+            hit = section_hit(index, spec, runner, inputs, shapes)
+            if hit is not None:
+                return position, hit[0], hit[1]
+        if pins.groups:
+            if not profile:
+                profile.append(fi_tuner.nearest_profile(tuner, shapes, config))
+            extras = (
+                (lambda r=runner: extras_text(r.get_cache_key_extras(list(inputs))))
+                if inputs is not None
+                else (lambda: None)
+            )
+            pin = key_hit(pins.groups, op, profile[0], extras)
+            if pin is not None:
+                return position, pin, pin.tactic
+    return None
 
 
 def search_cache_replacement(original: Any, gate: Any) -> Any:
-    """``AutoTuner.search_cache`` that, while tuning, misses on a pinned problem's stale hit.
-    Everything after FlashInfer's own lookup runs under one guard: on any surprise the result is
-    FlashInfer's, and the surprise is logged once."""
+    """``AutoTuner.search_cache`` as the module docstring says."""
 
     @functools.wraps(original)
-    def search_cache(self: Any, *args: Any, **kwargs: Any) -> Any:
-        result = original(self, *args, **kwargs)
+    def search_cache(self: Any, custom_op: Any, *args: Any, **kwargs: Any) -> Any:
         try:
-            if not gate.active or not fi.is_tuning(self):
-                return result
-            index = current_index()
-            if index is not None and _pinned_miss(result, args, kwargs, index):
-                return _MISS
+            index = stack.current_index() if gate.active else None
+            pinned = None
+            if index is not None and index.serves_op(custom_op):
+                runners, shapes, config, inputs = _arguments(args, kwargs)
+                call = CALL.get()
+                if call is not None and call.op == custom_op:
+                    call.config = config  # the config FlashInfer applied its overrides to
+                pinned = pinned_runner(self, index, custom_op, runners, shapes, config, inputs)
         except Exception:
-            log_once(
-                logger,
-                logging.WARNING,
-                "search_cache",
-                "fi_patches could not inspect a tuner cache hit; keeping FlashInfer's result",
-                exc_info=True,
-            )
-        return result
+            _surprise()
+            pinned = None
+        if pinned is None:
+            return original(self, custom_op, *args, **kwargs)
+        position, entry, tactic = pinned
+        if index is not None and index.modes.get(id(entry)) == PRESEED:
+            return (True, position, tactic, None)
+        result = original(self, custom_op, *args, **kwargs)
+        try:
+            return _checked(self, result, position, tactic, custom_op, args, kwargs, original)
+        except Exception:
+            _surprise()
+            return result
 
     return search_cache
+
+
+def _checked(
+    tuner: Any,
+    result: Any,
+    position: int,
+    tactic: Any,
+    op: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    original: Any,
+) -> Any:
+    """FlashInfer's ``result`` for a key pinned by a narrowing block."""
+    if result[0] and result[1] == position and as_tactic(result[2]) == tactic:
+        return result
+    tuning = fi_tuner.is_tuning(tuner)
+    if not result[0]:
+        return result
+    runners, shapes, config, inputs = _arguments(args, kwargs)
+    if result[1] != position:  # another runner's winner came first: the pinned runner's own
+        rest = {k: v for k, v in kwargs.items() if k not in _POSITIONAL}
+        rest["inputs"] = inputs
+        alone = original(tuner, op, [runners[position]], shapes, config, **rest)
+        if alone[0] and as_tactic(alone[2]) == tactic:
+            return (True, position, alone[2], alone[3])
+    if tuning:
+        logger.debug("tuning %s: cached %s is not the pin %s; re-tuning", op, result[2], tactic)
+        return _MISS
+    log_once(
+        logger,
+        logging.INFO,
+        f"stale:{op}:{tactic}",
+        "fi_patches: FlashInfer's cache serves %s for a key of op %s pinned to %s; tune inside "
+        "pinned_tactics(), or use mode='preseed', for the pin to serve",
+        result[2],
+        op,
+        tactic,
+    )
+    return result
+
+
+def _surprise() -> None:
+    log_once(
+        logger,
+        logging.WARNING,
+        "search_cache",
+        "fi_patches could not inspect a tuner cache lookup; keeping FlashInfer's result",
+        exc_info=True,
+    )

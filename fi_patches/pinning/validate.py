@@ -174,6 +174,51 @@ def check_wide(table: PinTable) -> list[PinProblem]:
     return problems
 
 
+def check_pins(table: PinTable, *, thorough: bool = False) -> list[PinProblem]:
+    """Problems of the ``[[pin]]`` entries against the installed FlashInfer: each entry's
+    runner class and op must still exist (read from FlashInfer's sources, or a live runner
+    class), checked for a table chosen on another release, or ``thorough`` (``pins check``):
+    entries recorded from this release's own tuner name what it has. Each tactic is checked
+    against the runner's own list for its key when the tuner first lists that key, entry by
+    entry (a runner lists tactics only for an op's real inputs)."""
+    from fi_patches.compat.installed import installed_flashinfer
+    from fi_patches.internals.catalog import catalog
+    from fi_patches.pins.tuner_pin import SECTION
+
+    entries = table.entries(SECTION)
+    if not entries:
+        return []
+    if not thorough and table.other_release(installed_flashinfer().version) is None:
+        return []
+    found = catalog()
+    if found is None:
+        return []
+    problems = []
+    for entry in entries:
+        where = f"[[{SECTION}]] #{entry.index}"
+        if not found.runner_known(entry.runner):
+            problems.append(
+                PinProblem(
+                    table.source,
+                    where,
+                    "runner",
+                    entry.runner,
+                    "is not a runner class of the installed FlashInfer (nor of this process)",
+                )
+            )
+        elif entry.runner in found.classes and not found.op_known(entry.op):
+            problems.append(
+                PinProblem(
+                    table.source,
+                    where,
+                    "op",
+                    entry.op,
+                    f"is not an op the installed FlashInfer tunes (its {entry.runner} is there)",
+                )
+            )
+    return problems
+
+
 def _raised(table: PinTable, section: str, entry: Any, what: str, exc: Exception) -> PinProblem:
     from fi_patches.pins.files import describe
 
@@ -220,17 +265,61 @@ _checked: weakref.WeakKeyDictionary[PinTable, tuple[str, ...]] = weakref.WeakKey
 _lock = threading.Lock()
 
 
-def check_table(table: PinTable, sections: Iterable[str] | None = None) -> None:
-    """Raise :class:`PinTableError` unless every entry of ``sections`` (default: all with a
-    checker) is valid on the installed FlashInfer. A table passes once per process."""
+def table_problems(table: PinTable, sections: Iterable[str] | None = None) -> list[PinProblem]:
+    """Every problem of the entries of ``sections`` (default: all with a checker) on the
+    installed FlashInfer."""
+    wanted = tuple(sections) if sections is not None else checked_sections()
+    problems: list[PinProblem] = []
+    for section in wanted:
+        if table.entries(section) and section in checked_sections():
+            problems.extend(checker_of(section)(table))
+    return problems
+
+
+def check_table(table: PinTable, sections: Iterable[str] | None = None) -> PinTable:
+    """The table to apply: ``table`` itself when every entry of ``sections`` (default: all with
+    a checker) is valid on the installed FlashInfer. An invalid entry raises
+    :class:`PinTableError` naming each one, unless ``[meta] on_invalid = "tune"``: the table is
+    then applied without them, with one warning listing them. A table passes once per process.
+    """
     wanted = tuple(sections) if sections is not None else checked_sections()
     with _lock:
         done = _checked.get(table, ())
     todo = [s for s in wanted if s not in done and table.entries(s)]
-    problems: list[PinProblem] = []
-    for section in todo:
-        problems.extend(checker_of(section)(table))
+    problems = table_problems(table, todo)
     if problems:
-        raise PinTableError(problems)
+        if table.meta.on_invalid != "tune":
+            raise PinTableError(problems)
+        return _without_invalid(table, problems)
     with _lock:
         _checked[table] = tuple(sorted(set(done) | set(wanted)))
+    return table
+
+
+def _without_invalid(table: PinTable, problems: list[PinProblem]) -> PinTable:
+    import logging
+
+    from fi_patches._logging import get_logger, log_once
+
+    dropped: dict[str, set[int]] = {}
+    for problem in problems:
+        section, _, number = problem.where.partition(" #")
+        if number.isdigit():
+            dropped.setdefault(section.strip("[]"), set()).add(int(number))
+    listed = "; ".join(str(p) for p in problems[:20])
+    more = f"; and {len(problems) - 20} more" if len(problems) > 20 else ""
+    log_once(
+        get_logger(__name__),
+        logging.WARNING,
+        f"on_invalid:{table.source}:{listed}",
+        "fi_patches applies %s without %d invalid entries (on_invalid = 'tune': FlashInfer "
+        "tunes their keys): %s%s",
+        table.source,
+        sum(len(v) for v in dropped.values()),
+        listed,
+        more,
+    )
+    kept = table.without(dropped)
+    with _lock:
+        _checked[kept] = checked_sections()
+    return kept

@@ -26,6 +26,8 @@ class EntryCheck:
 
 
 def _describe(section: str, entry: Any) -> tuple[str, str]:
+    if not hasattr(entry, "n"):  # a [[pin]]: its op, runner and shapes
+        return f"{entry.op} {entry.runner} {entry.shapes.text()}", entry.rows_text
     shape = f"{entry.n}x{entry.k}"
     if hasattr(entry, "rows_text"):
         return shape, entry.rows_text
@@ -56,7 +58,12 @@ def check_entries(table: PinTable) -> tuple[str | None, list[EntryCheck]]:
         elif checker is None:
             unchecked = "no check exists for this section"
         else:
-            for problem in checker(table):
+            found = checker(table)
+            if name == "pin":
+                from fi_patches.pinning.validate import check_pins
+
+                found = check_pins(table, thorough=True)
+            for problem in found:
                 index = int(problem.where.rsplit("#", 1)[1])
                 text = f"{problem.field} = {problem.value!r}: {problem.message}"
                 problems.setdefault(index, text)
@@ -71,3 +78,38 @@ def check_entries(table: PinTable) -> tuple[str | None, list[EntryCheck]]:
                 state, reason = OK, ""
             results.append(EntryCheck(name, entry.index, shape, rows, tactic, state, reason))
     return meta_problem, results
+
+
+@dataclass(frozen=True)
+class OpPins:
+    """How the ``[[pin]]`` entries of one op fare here: entries, applied, invalid, unchecked."""
+
+    op: str
+    entries: int
+    applied: int
+    invalid: int
+    unchecked: int
+
+
+def pins_per_op(table: PinTable) -> list[OpPins]:
+    """Per op of ``table``'s ``[[pin]]`` entries, in op order, how many apply here."""
+    from fi_patches.pins.tuner_pin import SECTION
+
+    if not table.entries(SECTION):
+        return []
+    _, results = check_entries(table)
+    by_op: dict[str, list[str]] = {}
+    entries = {e.index: e for e in table.entries(SECTION)}
+    for result in results:
+        if result.section == SECTION:
+            by_op.setdefault(entries[result.index].op, []).append(result.state)
+    return [
+        OpPins(
+            op,
+            len(states),
+            states.count(OK),
+            states.count(INVALID),
+            states.count(UNCHECKED),
+        )
+        for op, states in sorted(by_op.items())
+    ]

@@ -1,53 +1,107 @@
-"""``pins diff``: what several tuner caches or pin tables choose per tuner bucket, and where
-they differ. A pin table's row range counts once per FlashInfer bucket it covers; a ``[[wide]]``
-entry (and a wide runner's cache entry) is keyed by its activation tile."""
+"""``pins diff``: what several tuner caches or pin tables choose per tuner key, for every op,
+and where they differ. A section entry's row range counts once per FlashInfer bucket it covers
+(a ``[[wide]]`` entry, and a wide runner's cache entry, by its activation tile); a ``[[pin]]``
+entry covers the cache keys its shapes and row range match, and, compared with other tables,
+its range's ends and the powers of two between them."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fi_patches.pins.merge import nested_tuple, tactic_text
-from fi_patches.pins.record import SECTION_OF_RUNNER, TunedEntry, bucket_rows, read_cache
+from fi_patches.pins.keys import TunerKey, as_tactic, tactic_text
+from fi_patches.pins.record import Tuned, bucket_rows, read_cache, section_of
 from fi_patches.pins.schema import LOW_LATENCY_MAX_ROWS
 from fi_patches.pins.table import PinTable
+from fi_patches.pins.tuner_pin import SECTION as PIN
+from fi_patches.pins.tuner_pin import TunerPin
 
-BucketKey = tuple[str, int, int, int]
-"""``(section, n, k, bucket)``; for ``wide`` the last field is the tile."""
-
-Choices = dict[BucketKey, Any]
+BucketKey = tuple[Any, ...]
+"""``(section, n, k, bucket)`` (for ``wide`` the last field is the tile), or ``("pin", key)``."""
 
 
-def from_entries(entries: Iterable[TunedEntry]) -> Choices:
-    """The tactic per bucket of tuner-cache entries (as ``pins record`` would pin them)."""
-    found: Choices = {}
+@dataclass
+class Choices:
+    """One input's tactic per key, and the ``[[pin]]`` entries that cover keys by pattern."""
+
+    found: dict[BucketKey, Any] = field(default_factory=dict)
+    pins: list[TunerPin] = field(default_factory=list)
+
+    def get(self, key: BucketKey) -> Any:
+        if key in self.found:
+            return self.found[key]
+        if key[0] == PIN:
+            tuner_key: TunerKey = key[1]
+            for pin in self.pins:
+                if _covers(pin, tuner_key):
+                    return pin.tactic
+        return None
+
+
+def _covers(pin: TunerPin, key: TunerKey) -> bool:
+    if pin.op != key.op or pin.runner != key.runner:
+        return False
+    if pin.extras is not None and pin.extras != key.extras:
+        return False
+    if pin.shapes.masked(key.profile) != pin.shapes.fixed():
+        return False
+    rows = pin.shapes.rows_of(key.profile)
+    return rows is not None and pin.covers(rows)
+
+
+def from_entries(entries: Iterable[Tuned], bucket_of: Callable[[int], int] | None) -> Choices:
+    """The tactic per key of tuner-cache entries (as ``pins record`` would pin them)."""
+    found = Choices()
     for e in entries:
-        section = SECTION_OF_RUNNER[e.runner]
-        tactic = nested_tuple(e.tactic)
-        if section == "wide":
-            found[(section, e.n, e.k, int(tactic[0]))] = tactic[1:]
-        elif section != "low_latency" or e.bucket <= LOW_LATENCY_MAX_ROWS:
-            found[(section, e.n, e.k, e.bucket)] = tactic
+        section = section_of(e.key) if bucket_of is not None else None
+        tactic = as_tactic(e.tactic)
+        if section is None:
+            found.found[(PIN, e.key)] = tactic
+        elif section.section == "wide":
+            found.found[("wide", section.n, section.k, int(tactic[0]))] = tactic[1:]
+        elif section.section != "low_latency" or section.bucket <= LOW_LATENCY_MAX_ROWS:
+            found.found[(section.section, section.n, section.k, section.bucket)] = tactic
     return found
 
 
-def from_table(table: PinTable, bucket_of: Callable[[int], int]) -> Choices:
-    """The tactic per bucket of a pin table."""
-    found: Choices = {}
-    for section in ("low_latency", "cute_dsl"):
-        for entry in table.entries(section):
-            buckets = {bucket_of(rows) for rows in range(entry.min_rows, entry.max_rows + 1)}
-            for bucket in sorted(buckets):
-                found[(section, entry.n, entry.k, bucket)] = nested_tuple(entry.tactic)
+def _pin_keys(pin: TunerPin) -> list[TunerKey]:
+    """Concrete keys standing for a ``[[pin]]`` entry where no cache names them."""
+    if not pin.shapes.has_rows:
+        values = [0]
+    else:
+        values = sorted(
+            {pin.min_rows, pin.max_rows}
+            | {1 << i for i in range(pin.max_rows.bit_length()) if pin.min_rows <= 1 << i}
+        )
+        values = [v for v in values if pin.min_rows <= v <= pin.max_rows]
+    keys = []
+    for value in values:
+        profile = tuple(
+            tuple(value if d == "rows" else (-1 if d == "*" else int(d)) for d in shape)
+            for shape in pin.shapes.dims
+        )
+        keys.append(TunerKey(pin.op, pin.runner, profile, pin.extras or "*"))
+    return keys
+
+
+def from_table(table: PinTable, bucket_of: Callable[[int], int] | None) -> Choices:
+    """The tactic per key of a pin table."""
+    found = Choices(pins=list(table.entries(PIN)))
+    if bucket_of is not None:
+        for section in ("low_latency", "cute_dsl"):
+            for entry in table.entries(section):
+                buckets = {bucket_of(rows) for rows in range(entry.min_rows, entry.max_rows + 1)}
+                for bucket in sorted(buckets):
+                    found.found[(section, entry.n, entry.k, bucket)] = as_tactic(entry.tactic)
     for entry in table.entries("wide"):
-        found[("wide", entry.n, entry.k, entry.tile)] = nested_tuple(entry.tactic)
+        found.found[("wide", entry.n, entry.k, entry.tile)] = as_tactic(entry.tactic)
     return found
 
 
-def read_choices(path: str, bucket_of: Callable[[int], int]) -> Choices:
+def read_choices(path: str, bucket_of: Callable[[int], int] | None) -> Choices:
     """The choices of a tuner cache (v1 file, v2 store directory) or a pin table (``.toml``,
     or ``.json`` with a ``meta`` table); raises ``TunerCacheError`` or ``PinTableError``."""
     location = Path(path)
@@ -56,39 +110,46 @@ def read_choices(path: str, bucket_of: Callable[[int], int]) -> Choices:
     if location.suffix.lower() == ".json" and location.is_file():
         try:
             data = json.loads(location.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError, RecursionError):
             data = None  # read_cache names the problem
         if isinstance(data, dict) and "meta" in data:
             return from_table(PinTable.from_mapping(data, source=str(location)), bucket_of)
     entries, _ = read_cache(location)
-    return from_entries(entries)
+    return from_entries(entries, bucket_of)
 
 
 @dataclass(frozen=True)
 class BucketDiff:
     key: BucketKey
     values: tuple[Any, ...]
-    """Each input's tactic, None where the input has no entry for the bucket."""
+    """Each input's tactic, None where the input has no entry for the key."""
 
 
 def differing(choices: Sequence[Choices]) -> tuple[list[BucketDiff], int]:
-    """The buckets whose tactic is not the same in every input (an input without the bucket
-    differs too), and the number of buckets in any input."""
-    keys = sorted({key for found in choices for key in found})
+    """The keys whose tactic is not the same in every input (an input without the key differs
+    too), and the number of keys in any input."""
+    keys = {key for found in choices for key in found.found}
+    if not any(k[0] == PIN for k in keys):
+        keys |= {(PIN, k) for found in choices for pin in found.pins for k in _pin_keys(pin)}
+    ordered = sorted(keys, key=repr)
     diffs = []
-    for key in keys:
+    for key in ordered:
         values = tuple(found.get(key) for found in choices)
-        if len(set(values)) > 1:
+        if len({repr(v) for v in values}) > 1:
             diffs.append(BucketDiff(key, values))
-    return diffs, len(keys)
+    return diffs, len(ordered)
 
 
-def bucket_label(key: BucketKey, bucket_of: Callable[[int], int]) -> str:
-    """``low_latency 7168x1536 rows 5..8`` or ``wide 7168x1536 tile 16``."""
+def bucket_label(key: BucketKey, bucket_of: Callable[[int], int] | None) -> str:
+    """``low_latency 7168x1536 rows 5..8``, ``wide 7168x1536 tile 16``, or a ``[[pin]]``
+    key as ``op runner profile``."""
+    if key[0] == PIN:
+        tuner_key: TunerKey = key[1]
+        return f"{tuner_key.op} {tuner_key.runner} {list(map(list, tuner_key.profile))}"
     section, n, k, bucket = key
     if section == "wide":
         return f"wide {n}x{k} tile {bucket}"
-    lo, hi = bucket_rows(bucket_of, bucket)
+    lo, hi = bucket_rows(bucket_of, bucket) if bucket_of is not None else (bucket, bucket)
     rows = str(lo) if lo == hi else f"{lo}..{hi}"
     return f"{section} {n}x{k} rows {rows}"
 

@@ -18,8 +18,9 @@ import tomllib
 from fi_patches.pins.errors import PinProblem, PinTableError
 from fi_patches.pins.fields import OversizeInteger
 
-MAX_FILE_BYTES = 1 << 20
-"""The largest pin file read (1 MiB; a table for several models is a few KiB)."""
+MAX_FILE_BYTES = 16 << 20
+"""The largest pin file read (16 MiB: a lockfile of every op a server tunes holds a few thousand
+``[[pin]]`` entries of about 500 bytes each; a table of the MXFP8 sections is a few KiB)."""
 
 _MAX_INT_DIGITS = 40
 """Longer JSON integer literals are outside every bound: kept as :class:`OversizeInteger`."""

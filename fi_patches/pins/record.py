@@ -1,39 +1,33 @@
-"""Turn a FlashInfer tuner cache into a pin table: a v1 JSON config file (``autotune(cache=...)``),
-a v2 store directory (``autotune_v2``), or the live in-process cache. One entry per tuned bucket
-of the pinnable runners, adjacent buckets with the same tactic merged."""
+"""Turn FlashInfer tuner output into a pin table, for every op in it: a v1 JSON config file
+(``autotune(cache=...)``, also vLLM's ``autotune_configs.json`` and SGLang's per-rank files), a
+v2 store directory (``autotune_v2``), or the live in-process cache.
+
+Each cached winner is one :class:`Tuned` key and tactic. Keys of the runners the MXFP8 sections
+specialize become section entries (adjacent row buckets with one tactic merged); every other
+key becomes a ``[[pin]]`` entry, keys of one op, runner and extras that differ only in the tuned
+dimension merged into bucket ranges with one tactic each.
+"""
 
 from __future__ import annotations
 
-import ast
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fi_patches.features import FEATURES
-from fi_patches.internals.flashinfer import MXFP8_OP
 from fi_patches.pins.errors import PinTableError
 from fi_patches.pins.files import read_data_file
+from fi_patches.pins.keys import (
+    ROWS,
+    Profile,
+    ShapePattern,
+    TunerKey,
+    as_tactic,
+    extras_text,
+    parse_file_key,
+    tactic_json,
+)
 from fi_patches.pins.table import PinTable
-
-_RECORDED: dict[tuple[str, str], str] = {
-    **{
-        (MXFP8_OP, runner.class_name): runner.section
-        for feature in FEATURES
-        for runner in feature.runners
-        if not runner.silenced
-    },
-    **{(op, cls): section for feature in FEATURES for op, cls, section in feature.recorded},
-}
-"""``(custom op, runner class) -> pin-table section`` of every tuned runner whose cached
-winners become pins, as the features declare them (a silenced runner's tactics are of another
-form and are never recorded)."""
-
-MXFP8_OPS = tuple(dict.fromkeys(op for op, _ in _RECORDED))
-"""``mm_mxfp8``'s custom op, and the one fi_patches' wide runner is tuned under."""
-
-SECTION_OF_RUNNER = {cls: section for (_, cls), section in _RECORDED.items()}
-"""Runner class -> the pin-table section its winners are recorded in."""
 
 
 class TunerCacheError(ValueError):
@@ -41,69 +35,49 @@ class TunerCacheError(ValueError):
 
 
 @dataclass(frozen=True)
-class TunedEntry:
-    """One cached winner: weight ``(n, k)``, the bucket's rows, the runner and its tactic."""
+class Tuned:
+    """One cached winner: FlashInfer's key and its tactic (in the runner's form)."""
 
-    runner: str
+    key: TunerKey
+    tactic: Any
+
+    @property
+    def runner(self) -> str:
+        return self.key.runner
+
+
+@dataclass(frozen=True)
+class SectionKey:
+    """A key a section specializes: its section, weight ``(n, k)`` and row bucket."""
+
+    section: str
     n: int
     k: int
     bucket: int
-    tactic: Any
 
 
-def _top_level(text: str) -> list[str]:
-    """The comma-separated elements of a tuple's repr, split at depth 1 (quotes respected)."""
-    parts, depth, start, quote = [], 0, 1, ""
-    for i, ch in enumerate(text):
-        if quote:
-            if ch == quote:
-                quote = ""
-            continue
-        if ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            depth -= 1
-            if depth == 0:
-                parts.append(text[start:i])
-        elif ch == "," and depth == 1:
-            parts.append(text[start:i])
-            start = i + 1
-    return [p.strip() for p in parts if p.strip()]
+def section_of(key: TunerKey) -> SectionKey | None:
+    """The section entry a key becomes, or None for a ``[[pin]]`` key. The sections' runners
+    are tuned on ``mm_mxfp8``'s inputs, ``(rows, K)`` then ``(K, N)``."""
+    from fi_patches.pinning.sections import SPECIALIZATIONS
 
-
-def parse_file_key(file_key: str) -> tuple[str, str, tuple[tuple[int, ...], ...]] | None:
-    """``(custom_op, runner_class_name, nearest_profile)`` of FlashInfer's ``file_key`` string
-    ``str((custom_op, runner, profile, extras))``; the extras (reprs of DSL classes) are
-    skipped. None when the key is not of that form."""
-    parts = _top_level(file_key)
-    if len(parts) < 3:
-        return None
-    try:
-        op, runner, profile = (ast.literal_eval(p) for p in parts[:3])
-    except (ValueError, SyntaxError):
-        return None
-    if not (isinstance(op, str) and isinstance(runner, str) and isinstance(profile, tuple)):
-        return None
-    return op, runner, profile
-
-
-def _entry(op: str, runner: str, profile: Any, tactic: Any) -> TunedEntry | None:
-    if op not in MXFP8_OPS or runner not in SECTION_OF_RUNNER:
-        return None
-    (rows, k), (k2, n) = profile[0], profile[1]
-    if k != k2:
-        return None
-    return TunedEntry(runner, int(n), int(k), int(rows), _tuple(tactic))
-
-
-def _tuple(tactic: Any) -> Any:
-    return tuple(_tuple(t) for t in tactic) if isinstance(tactic, (list, tuple)) else tactic
+    for spec in SPECIALIZATIONS:
+        if key.runner in spec.runners and key.op in spec.recorded_ops:
+            profile = key.profile
+            if len(profile) < 2 or len(profile[0]) != 2 or len(profile[1]) != 2:
+                return None
+            (rows, k), (k2, n) = profile[0], profile[1]
+            if k != k2:
+                return None
+            return SectionKey(spec.section, int(n), int(k), int(rows))
+    return None
 
 
 MAX_CACHE_BYTES = 1 << 28
 """The largest tuner cache file read (256 MiB; FlashInfer's caches are a few MiB)."""
+
+MAX_STORE_FILES = 1 << 16
+"""Entry files read from one v2 store (FlashInfer writes one per key)."""
 
 
 def _read_json(path: Path) -> object:
@@ -112,7 +86,14 @@ def _read_json(path: Path) -> object:
     )
 
 
-def from_v1_file(path: Path) -> tuple[list[TunedEntry], dict[str, Any]]:
+def _tuned(key_text: str, runner: object, tactic: object) -> Tuned | None:
+    key = parse_file_key(key_text)
+    if key is None or runner != key.runner:
+        return None
+    return Tuned(key, as_tactic(tactic))
+
+
+def from_v1_file(path: Path) -> tuple[list[Tuned], dict[str, Any]]:
     """Entries and ``_metadata`` of a v1 JSON config file."""
     try:
         data = _read_json(path)
@@ -130,59 +111,63 @@ def from_v1_file(path: Path) -> tuple[list[TunedEntry], dict[str, Any]]:
     for key, value in data.items():
         if key.startswith("_") or not isinstance(value, list) or len(value) < 2:
             continue
-        parsed = parse_file_key(key)
-        if parsed is None:
-            continue
-        entry = _entry(parsed[0], value[0], parsed[2], value[1])
+        entry = _tuned(key, value[0], value[1])
         if entry is not None:
             entries.append(entry)
     metadata = data.get("_metadata", {})
     return entries, dict(metadata) if isinstance(metadata, dict) else {}
 
 
-def from_v2_store(root: Path) -> tuple[list[TunedEntry], dict[str, Any]]:
-    """Entries of every ``entries/*.json`` under a v2 store root, and a manifest's metadata."""
-    entries: list[TunedEntry] = []
+def from_v2_store(root: Path) -> tuple[list[Tuned], dict[str, Any]]:
+    """Entries of a v2 store root: ``<root>[/v2/<env>]/manifest.json`` and ``entries/*.json``
+    (only those places: a directory is never walked beyond them)."""
+    entries: list[Tuned] = []
     meta: dict[str, Any] = {}
-    for manifest in sorted(root.rglob("manifest.json")):
-        try:
-            data = _read_json(manifest)
-        except PinTableError:
-            continue
-        if isinstance(data, dict):
-            found = data.get("metadata", data)  # 0.7.x manifests are flat
-            meta = dict(found) if isinstance(found, dict) else meta
-    for file in sorted(root.rglob("entries/*.json")):
-        try:
-            data = _read_json(file)
-        except PinTableError:
-            continue  # an entry being written, or not FlashInfer's: the others still count
-        if not isinstance(data, dict):
-            continue
-        parsed = parse_file_key(str(data.get("key", "")))
-        if parsed is None:
-            continue
-        entry = _entry(parsed[0], str(data.get("runner")), parsed[2], data.get("tactic"))
-        if entry is not None:
-            entries.append(entry)
+    envs = [root, *sorted(p.parent for p in root.glob("v2/*/manifest.json"))]
+    envs += sorted(p.parent for p in root.glob("*/manifest.json") if p.parent not in envs)
+    read = 0
+    for env in envs:
+        manifest = env / "manifest.json"
+        if manifest.is_file():
+            try:
+                data = _read_json(manifest)
+            except PinTableError:
+                data = None
+            if isinstance(data, dict):
+                found = data.get("metadata", data)  # 0.7.x manifests are flat
+                meta = dict(found) if isinstance(found, dict) else meta
+        for file in sorted(env.glob("entries/*.json")):
+            read += 1
+            if read > MAX_STORE_FILES:
+                raise TunerCacheError(
+                    f"the v2 store {root} holds more than {MAX_STORE_FILES} entry files"
+                )
+            try:
+                item = _read_json(file)
+            except PinTableError:
+                continue  # an entry being written, or not FlashInfer's: the others still count
+            if isinstance(item, dict):
+                entry = _tuned(str(item.get("key", "")), item.get("runner"), item.get("tactic"))
+                if entry is not None:
+                    entries.append(entry)
     return entries, meta
 
 
-def from_tuner(tuner: Any = None) -> list[TunedEntry]:
+def from_tuner(tuner: Any = None) -> list[Tuned]:
     """Entries of the live in-process cache (``AutoTuner.get()`` by default)."""
-    from fi_patches.internals import flashinfer as fi
+    from fi_patches.internals import tuner as fi_tuner
 
     if tuner is None:
-        tuner = fi.tuner()
+        tuner = fi_tuner.tuner()
     entries = []
-    for key, value in list(fi.live_winners(tuner).items()):
-        entry = _entry(key.custom_op, key.runner_class_name, key.nearest_profile, value[0])
-        if entry is not None:
-            entries.append(entry)
+    for key, value in list(fi_tuner.live_winners(tuner).items()):
+        profile = tuple(tuple(int(d) for d in shape) for shape in key.nearest_profile)
+        found = TunerKey(key.custom_op, key.runner_class_name, profile, extras_text(key.extras))
+        entries.append(Tuned(found, as_tactic(value[0])))
     return entries
 
 
-def read_cache(path: str | Path) -> tuple[list[TunedEntry], dict[str, Any]]:
+def read_cache(path: str | Path) -> tuple[list[Tuned], dict[str, Any]]:
     """Entries and metadata of the cache at ``path`` (a v1 file or a v2 store directory)."""
     location = Path(path)
     if location.is_dir():
@@ -196,59 +181,181 @@ def bucket_rows(bucket_of: Callable[[int], int], bucket: int) -> tuple[int, int]
     return (min(rows), max(rows)) if rows else (bucket, bucket)
 
 
-def _merged(
-    entries: Iterable[TunedEntry], bucket_of: Callable[[int], int]
-) -> Iterator[dict[str, Any]]:
-    by_shape: dict[tuple[str, int, int], list[TunedEntry]] = {}
+# the [[pin]] entries -------------------------------------------------------------------------
+
+Position = tuple[int, int]
+
+
+def _positions(profile: Profile) -> list[Position]:
+    return [(i, j) for i, shape in enumerate(profile) for j, _ in enumerate(shape)]
+
+
+def tuned_positions(profiles: Sequence[Profile]) -> tuple[Position, ...]:
+    """The positions of the tuned dimension among profiles of one op, runner and extras: the
+    position (with those always equal to it) that, blanked, leaves the fewest distinct
+    profiles; none when blanking any leaves them all distinct."""
+    if len(profiles) < 2:
+        return ()
+    best: tuple[int, tuple[Position, ...]] = (len(profiles), ())
+    for p in _positions(profiles[0]):
+        if len({prof[p[0]][p[1]] for prof in profiles}) < 2:
+            continue
+        linked = tuple(
+            q
+            for q in _positions(profiles[0])
+            if all(prof[q[0]][q[1]] == prof[p[0]][p[1]] for prof in profiles)
+        )
+        signatures = {_blank(prof, linked) for prof in profiles}
+        if len(signatures) < best[0]:
+            best = (len(signatures), linked)
+    return best[1]
+
+
+def _blank(profile: Profile, positions: Iterable[Position]) -> tuple[Any, ...]:
+    blanked = set(positions)
+    return tuple(
+        tuple(None if (i, j) in blanked else d for j, d in enumerate(shape))
+        for i, shape in enumerate(profile)
+    )
+
+
+def _pin_entries(entries: Sequence[Tuned]) -> Iterator[dict[str, Any]]:
+    """``[[pin]]`` entries of ``entries``: per op and profile layout, the tuned dimension found
+    over all its runners' keys, and consecutive buckets won by one runner with one tactic (and
+    extras) merged into one range, so the ranges of an op's runners never overlap."""
+    by_layout: dict[tuple[str, tuple[int, ...]], list[Tuned]] = {}
     for e in entries:
-        by_shape.setdefault((e.runner, e.n, e.k), []).append(e)
-    for (runner, n, k), group in sorted(by_shape.items()):
+        layout = tuple(len(s) for s in e.key.profile)
+        by_layout.setdefault((e.key.op, layout), []).append(e)
+    for (op, _), group in sorted(by_layout.items()):
+        tuned = tuned_positions(list(dict.fromkeys(e.key.profile for e in group)))
+        by_signature: dict[tuple[Any, ...], list[Tuned]] = {}
+        for e in group:
+            by_signature.setdefault(_blank(e.key.profile, tuned), []).append(e)
+        for _, members in sorted(by_signature.items(), key=lambda item: repr(item[0])):
+            if not tuned:
+                for e in sorted(members, key=lambda e: (e.key.runner, e.key.extras)):
+                    shapes = ShapePattern(e.key.profile)
+                    yield _pin(op, e.key.runner, e.key.extras, shapes, None, e.tactic)
+                continue
+            i, j = tuned[0]
+            dims = tuple(
+                tuple(ROWS if (a, b) in tuned else d for b, d in enumerate(shape))
+                for a, shape in enumerate(members[0].key.profile)
+            )
+            buckets = sorted({int(e.key.profile[i][j]) for e in members})
+            won: dict[tuple[str, str], dict[int, Any]] = {}
+            for e in members:
+                won.setdefault((e.key.runner, e.key.extras), {})[int(e.key.profile[i][j])] = (
+                    as_tactic(e.tactic)
+                )
+            for (runner, extras), tactics in sorted(won.items()):
+                # a range runs over consecutive buckets of the op that this runner won with one
+                # tactic: a bucket another runner won (this one has no entry there) ends it
+                ranges: list[list[Any]] = []
+                previous = None
+                for bucket in buckets:
+                    tactic = tactics.get(bucket, _NONE)
+                    if tactic is _NONE:
+                        previous = None
+                        continue
+                    if ranges and previous is not None and ranges[-1][2] == tactic:
+                        ranges[-1][1] = bucket
+                    else:
+                        ranges.append([bucket, bucket, tactic])
+                    previous = bucket
+                for lo, hi, tactic in ranges:
+                    yield _pin(op, runner, extras, ShapePattern(dims), (lo, hi), tactic)
+
+
+_NONE = object()
+
+
+def _pin(
+    op: str,
+    runner: str,
+    extras: str,
+    shapes: ShapePattern,
+    rows: tuple[int, int] | None,
+    tactic: Any,
+) -> dict[str, Any]:
+    entry: dict[str, Any] = {
+        "op": op,
+        "runner": runner,
+        "shapes": [list(shape) for shape in shapes.dims],
+    }
+    if rows is not None:
+        entry["min_rows"], entry["max_rows"] = rows
+    entry["extras"] = extras
+    entry["tactic"] = tactic_json(tactic)
+    return entry
+
+
+# the section entries --------------------------------------------------------------------------
+
+
+def _section_entries(
+    entries: Iterable[tuple[SectionKey, Any]], bucket_of: Callable[[int], int]
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    by_shape: dict[tuple[str, int, int], list[tuple[SectionKey, Any]]] = {}
+    for key, tactic in entries:
+        by_shape.setdefault((key.section, key.n, key.k), []).append((key, tactic))
+    for (section, n, k), group in sorted(by_shape.items()):
+        if section == "wide":
+            for _, tactic in group:
+                tile, *rest = tactic
+                yield section, {"n": n, "k": k, "tile": tile, "tactic": tactic_json(rest)}
+            continue
         ranges: list[list[Any]] = []
-        for e in sorted(group, key=lambda e: e.bucket):
-            lo, hi = bucket_rows(bucket_of, e.bucket)
-            if ranges and ranges[-1][2] == e.tactic and ranges[-1][1] == lo - 1:
+        for key, tactic in sorted(group, key=lambda item: item[0].bucket):
+            lo, hi = bucket_rows(bucket_of, key.bucket)
+            if ranges and ranges[-1][2] == tactic and ranges[-1][1] == lo - 1:
                 ranges[-1][1] = hi
             else:
-                ranges.append([lo, hi, e.tactic])
+                ranges.append([lo, hi, tactic])
         for lo, hi, tactic in ranges:
-            yield {
-                "runner": runner,
-                "n": n,
-                "k": k,
-                "min_rows": lo,
-                "max_rows": hi,
-                "tactic": tactic,
-            }
-
-
-def _as_toml(tactic: Any) -> Any:
-    return [_as_toml(t) for t in tactic] if isinstance(tactic, tuple) else tactic
+            if section == "low_latency" and hi > 8:
+                continue
+            yield (
+                section,
+                {
+                    "n": n,
+                    "k": k,
+                    "min_rows": lo,
+                    "max_rows": hi,
+                    "tactic": tactic_json(tactic),
+                },
+            )
 
 
 def to_table(
-    entries: Iterable[TunedEntry],
+    entries: Iterable[Tuned],
     *,
     device: str,
     flashinfer_version: str,
     source: str,
-    bucket_of: Callable[[int], int],
+    bucket_of: Callable[[int], int] | None,
     note: str = "",
 ) -> PinTable:
     """A validated pin table of ``entries`` chosen on ``device`` and FlashInfer's version;
-    ``source`` and ``note`` become the table's provenance (``[meta]`` source and note)."""
+    ``source`` and ``note`` become the table's provenance (``[meta]`` source and note).
+    ``bucket_of`` maps rows to ``mm_mxfp8``'s buckets (None where FlashInfer is absent: keys
+    of the sections are then written as ``[[pin]]`` entries too)."""
+    sectioned: list[tuple[SectionKey, Any]] = []
+    generic: list[Tuned] = []
+    for entry in entries:
+        key = section_of(entry.key) if bucket_of is not None else None
+        if key is None:
+            generic.append(entry)
+        else:
+            sectioned.append((key, entry.tactic))
     sections: dict[str, list[dict[str, Any]]] = {}
-    for item in _merged(entries, bucket_of):
-        section = SECTION_OF_RUNNER[item.pop("runner")]
-        if section == "low_latency" and item["max_rows"] > 8:
-            continue
-        if section == "wide":
-            tile, *tactic = item["tactic"]
-            sections.setdefault(section, []).append(
-                {"n": item["n"], "k": item["k"], "tile": tile, "tactic": list(tactic)}
-            )
-            continue
-        item["tactic"] = _as_toml(item["tactic"])
-        sections.setdefault(section, []).append(item)
+    if bucket_of is not None:
+        for section, item in _section_entries(sectioned, bucket_of):
+            sections.setdefault(section, []).append(item)
+    pins = list(_pin_entries(generic))
+    if pins:
+        sections["pin"] = pins
     meta = {"device": device, "flashinfer": f"=={flashinfer_version}", "source": source}
     if note:
         meta["note"] = note

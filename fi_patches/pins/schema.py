@@ -19,10 +19,10 @@ low-latency / wide ``tactic``            cta_k 1 .. 262,144; ab_stages, sfb_tmem
                                          split_k 1 .. 64
 ``[meta]`` ``schema``                    1 .. 1 (the version this fi_patches reads)
 ``[meta]`` strings                       4,096 characters
-entries per section                      1,024
+entries per section                      1,024 (``[[pin]]``: 16,384)
 =======================================  =============================================
 
-A pin file is at most 1 MiB (``files.MAX_FILE_BYTES``), refused before it is parsed.
+A pin file is at most 16 MiB (``files.MAX_FILE_BYTES``), refused before it is parsed.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from packaging.specifiers import SpecifierSet
 
@@ -39,6 +39,8 @@ from fi_patches.compat.device import normalize_arch
 from fi_patches.compat.versions import parse_specifier
 from fi_patches.pins.errors import PinProblem
 from fi_patches.pins.fields import FieldReader
+from fi_patches.pins.tuner_pin import SECTION as PIN_SECTION
+from fi_patches.pins.tuner_pin import check_pins, parse_pin
 
 SCHEMA_VERSION = 1
 LOW_LATENCY_MAX_ROWS = 8
@@ -69,7 +71,10 @@ TEXT_MAX = 4096
 """Characters of a ``[meta]`` string."""
 
 MAX_ENTRIES = 1024
-"""Entries of one section (a model pins tens)."""
+"""Entries of one MXFP8 section (a model pins tens)."""
+
+MAX_PIN_ENTRIES = 16384
+"""Entries of ``[[pin]]`` (every op and bucket a server tunes: a few thousand)."""
 
 LOW_LATENCY_TACTIC_PARTS = (
     ("cta_k", 1, K_MAX),
@@ -87,6 +92,11 @@ CuteDslTactic = tuple[tuple[int, int], tuple[int, int], bool, bool, int]
 ``cute-dsl`` MXFP8 runner lists them."""
 
 
+ON_INVALID = ("refuse", "tune")
+"""``[meta] on_invalid``: a table with an entry invalid here is refused whole (the default), or
+applied without it, that key left to the tuner."""
+
+
 @dataclass(frozen=True)
 class PinMeta:
     """Where the pins were chosen: ``device`` (``sm_103`` or ``*``) and a FlashInfer specifier."""
@@ -96,6 +106,9 @@ class PinMeta:
     schema: int = SCHEMA_VERSION
     note: str = ""
     source: str = ""
+    on_invalid: str = "refuse"
+    """What an entry invalid here does: ``refuse`` the table whole, or ``tune`` (that key is
+    left to FlashInfer's tuner, with one warning listing such entries)."""
 
     def to_mapping(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -103,6 +116,8 @@ class PinMeta:
             "device": self.device,
             "flashinfer": str(self.flashinfer),
         }
+        if self.on_invalid != "refuse":
+            data["on_invalid"] = self.on_invalid
         if self.note:
             data["note"] = self.note
         if self.source:
@@ -130,13 +145,19 @@ def parse_meta(reader: FieldReader) -> PinMeta | None:
             reader.problem("flashinfer", spec_text, str(exc))
     note = reader.string("note", default="", max_length=TEXT_MAX)
     source = reader.string("source", default="", max_length=TEXT_MAX)
-    reader.reject_unknown(("schema", "device", "flashinfer", "note", "source"))
+    on_invalid = reader.string("on_invalid", default="refuse", max_length=TEXT_MAX)
+    if on_invalid is not None and on_invalid not in ON_INVALID:
+        reader.problem("on_invalid", on_invalid, f"must be one of {', '.join(ON_INVALID)}")
+        on_invalid = None
+    reader.reject_unknown(("schema", "device", "flashinfer", "note", "source", "on_invalid"))
     if device is None or spec is None or schema is None or note is None or source is None:
+        return None
+    if on_invalid is None:
         return None
     arch = device if device == "*" else normalize_arch(device)
     if arch is None:
         return None
-    return PinMeta(arch, spec, schema, note or "", source or "")
+    return PinMeta(arch, spec, schema, note or "", source or "", on_invalid)
 
 
 @dataclass(frozen=True)
@@ -160,6 +181,7 @@ class RowRangePin:
 class LowLatencyPin(RowRangePin):
     """A ``cutedsl_low_latency`` tactic for MXFP8 problems of one weight shape and row range."""
 
+    SECTION: ClassVar[str] = "low_latency"
     tactic: LowLatencyTactic
 
     def to_mapping(self) -> dict[str, Any]:
@@ -193,6 +215,7 @@ def _parse_low_latency(reader: FieldReader, index: int) -> LowLatencyPin | None:
 class WidePin:
     """A tactic of the wide-tile low-latency kernel for one weight shape and activation tile."""
 
+    SECTION: ClassVar[str] = "wide"
     n: int
     k: int
     tile: int
@@ -244,6 +267,7 @@ def check_wide_duplicates(
 class CuteDslPin(RowRangePin):
     """A ``cute-dsl`` ``mm_mxfp8`` tactic for one weight shape and row range."""
 
+    SECTION: ClassVar[str] = "cute_dsl"
     tactic: CuteDslTactic
 
     def to_mapping(self) -> dict[str, Any]:
@@ -384,4 +408,5 @@ SECTIONS: dict[str, Section] = {
     "low_latency": Section("low_latency", _parse_low_latency, check_row_overlaps),
     "wide": Section("wide", _parse_wide, check_wide_duplicates),
     "cute_dsl": Section("cute_dsl", _parse_cute_dsl, check_cute_dsl),
+    PIN_SECTION: Section(PIN_SECTION, parse_pin, check_pins),
 }

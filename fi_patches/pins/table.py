@@ -16,6 +16,7 @@ from fi_patches.pins.fields import FieldReader, kind
 from fi_patches.pins.files import MAX_FILE_BYTES, describe, read_pin_file
 from fi_patches.pins.schema import (
     MAX_ENTRIES,
+    MAX_PIN_ENTRIES,
     SECTIONS,
     CuteDslPin,
     CuteDslTactic,
@@ -136,14 +137,15 @@ class PinTable:
                     )
                 )
                 continue
-            if len(raw) > MAX_ENTRIES:
+            limit = MAX_PIN_ENTRIES if name == "pin" else MAX_ENTRIES
+            if len(raw) > limit:
                 problems.append(
                     PinProblem(
                         source,
                         f"[[{name}]]",
                         None,
                         None,
-                        f"has {len(raw)} entries; a section holds at most {MAX_ENTRIES}",
+                        f"has {len(raw)} entries; a section holds at most {limit}",
                     )
                 )
                 continue
@@ -217,19 +219,33 @@ class PinTable:
         """The ``[[wide]]`` entry for the weight ``(n, k)`` at activation tile ``tile``, if any."""
         return self._wide.get((n, k, tile))
 
-    def skip_reason(self, device: str | None, version: Version | None) -> str | None:
-        """Why this table does not apply to ``device`` and FlashInfer ``version``, or None."""
+    def skip_reason(self, device: str | None, version: Version | None = None) -> str | None:
+        """Why this table does not apply to ``device``, or None. A table chosen on another
+        FlashInfer release still applies, entry by entry (see :meth:`other_release`)."""
         if self.meta.device != "*" and device != self.meta.device:
             return (
                 f"pins in {self.source} were chosen on {self.meta.device}; "
                 f"this device is {device or 'none'}"
             )
+        return None
+
+    def other_release(self, version: Version | None) -> str | None:
+        """A sentence when ``version`` is not a release the pins were chosen on, else None:
+        each entry is then checked against the installed release before it applies."""
         if version is not None and not self.meta.flashinfer.contains(version, prereleases=True):
             return (
                 f"pins in {self.source} were chosen on FlashInfer {self.meta.flashinfer}; "
-                f"installed is {version}"
+                f"installed is {version}, so each entry is checked against it"
             )
         return None
+
+    def without(self, dropped: Mapping[str, set[int]]) -> PinTable:
+        """This table without the entries ``dropped`` names (section -> entry numbers)."""
+        kept = {
+            name: tuple(e for e in entries if e.index not in dropped.get(name, set()))
+            for name, entries in self.sections.items()
+        }
+        return PinTable(self.meta, kept, self.source)
 
     def to_mapping(self) -> dict[str, Any]:
         """The table in its file form (``from_mapping(t.to_mapping())`` gives it back)."""

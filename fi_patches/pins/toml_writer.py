@@ -1,9 +1,11 @@
 """Write a pin table's mapping as TOML (the standard library reads TOML but does not write it;
-pin tables hold only strings, integers, booleans and nested lists)."""
+pin tables hold strings, numbers, booleans, nested lists and, in a ``[[pin]]`` tactic, inline
+tables). TOML has no null: a table whose tactic holds one is written as JSON instead."""
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -13,10 +15,17 @@ def _value(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, int):
         return str(value)
+    if isinstance(value, float) and math.isfinite(value):
+        return repr(value)
     if isinstance(value, str):
         return json.dumps(value, ensure_ascii=False)  # a TOML basic string; no surrogate pairs
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_value(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        items = ", ".join(f"{json.dumps(str(k))} = {_value(v)}" for k, v in value.items())
+        return "{" + items + "}"
+    if value is None:
+        raise TypeError("TOML has no null; write this table as .json")
     raise TypeError(f"cannot write {type(value).__name__} {value!r} to a pin table")
 
 

@@ -21,7 +21,7 @@ from fi_patches._logging import get_logger, log_once
 from fi_patches.internals import tune_group
 from fi_patches.patching import AttributePatch, PatchSet
 from fi_patches.patching.patch import Gate
-from fi_patches.pinning.installation import Installation
+from fi_patches.pinning.installation import Hold, Installation
 from fi_patches.ranks import settings
 
 logger = get_logger(__name__)
@@ -87,18 +87,19 @@ GUARD = Installation("rank_guard", _build)
 """Held by ``fi_patches.auto`` and by each open ``pinned_tactics()`` block."""
 
 
-def arm() -> bool:
-    """Acquire the guard's installation; False when there is no FlashInfer to guard, or (logged
-    once) when it could not be applied, so pinning goes on without it."""
+def arm() -> Hold | None:
+    """Acquire the guard's installation (give the hold back to release it); None when there is
+    no FlashInfer to guard, or (logged once) when it could not be applied, so pinning goes on
+    without it."""
     if "flashinfer" not in sys.modules:
         from fi_patches.compat.installed import installed_flashinfer
 
         # Import FlashInfer before taking the installation's lock: its post-import hook
         # (fi_patches.auto) arms the guard too, and must not find the lock held.
         if not installed_flashinfer().importable:
-            return False
+            return None
     try:
-        GUARD.acquire()
+        return GUARD.acquire()
     except Exception:
         log_once(
             logger,
@@ -107,9 +108,4 @@ def arm() -> bool:
             "fi_patches could not install its automatic rank guard; pins apply without it",
             exc_info=True,
         )
-        return False
-    return True
-
-
-def disarm() -> None:
-    GUARD.release()
+        return None

@@ -3,9 +3,9 @@
 
 Its tactics are ``(tile, cta_k, ab_stages, sfb_tmem_stages, split_k)``: the tile travels with
 the tactic, so a cached winner is self-describing. It offers tactics for more than 8 and at
-most ``max_rows`` rows; a ``[[wide]]`` pin of the active tables narrows the offer to the pin,
-and ``validate_tactic`` (FlashInfer's runner contract) turns a cached non-pinned or too-narrow
-tactic into a cache miss.
+most ``max_rows`` rows, and ``validate_tactic`` (FlashInfer's runner contract) turns a cached
+too-narrow tactic into a cache miss. ``[[wide]]`` pins narrow it as any pinned runner is
+narrowed, through the engine (the section's specialization maps rows to this runner's tile).
 """
 
 from __future__ import annotations
@@ -35,14 +35,12 @@ def runner_class() -> type:
     """The runner class (built on first use: it derives from FlashInfer's ``TunableRunner``)."""
     import torch
 
-    from fi_patches.internals import flashinfer as fi
-    from fi_patches.pinning import stack
-    from fi_patches.wide.budget import invalid_reason
+    from fi_patches.internals import tuner as fi_tuner
     from fi_patches.wide.compile import compile_wide
     from fi_patches.wide.launch import launch_wide
     from fi_patches.wide.tactics import choose_tactic, wide_tactics
 
-    class WideLowLatencyGemmRunner(fi.tunable_runner()):  # type: ignore[misc]
+    class WideLowLatencyGemmRunner(fi_tuner.tunable_runner()):  # type: ignore[misc]
         """Wide low-latency MXFP8 GEMM tactics for ``mm_mxfp8``'s 7 inputs."""
 
         def __init__(
@@ -68,33 +66,15 @@ def runner_class() -> type:
                 return []
             n, k, rows = _problem(inputs)
             tile = self.tile_for(rows)
-            pin = stack.lookup_wide(stack.active_tables(), n, k, tile)
-            if pin is not None:
-                if invalid_reason((n, rows, k, 1), tile, pin.tactic) is None:
-                    return [(tile, *pin.tactic)]
-                log_once(
-                    logger,
-                    logging.WARNING,
-                    f"widepin:{n}:{k}:{tile}:{pin.tactic}",
-                    "[[wide]] pin %s cannot run n=%d k=%d rows=%d; offering every tactic",
-                    pin.tactic,
-                    n,
-                    k,
-                    rows,
-                )
             return [(tile, *t) for t in wide_tactics(n, k, tile)]
 
         def validate_tactic(self, inputs: list[Any], tactic: Any) -> bool:
-            """False for a cached tactic that is too narrow for these rows, or not the pin of
-            its tile while one is active (FlashInfer then treats the entry as a miss)."""
+            """False for a cached tactic that is too narrow for these rows (FlashInfer then
+            treats the entry as a miss)."""
             if not isinstance(tactic, (tuple, list)) or len(tactic) != 5:
                 return False
-            n, k, rows = _problem(inputs)
-            tile = int(tactic[0])
-            if rows > tile:
-                return False
-            pin = stack.lookup_wide(stack.active_tables(), n, k, tile)
-            return pin is None or tuple(tactic[1:]) == tuple(pin.tactic)
+            _, _, rows = _problem(inputs)
+            return rows <= int(tactic[0])
 
         def precompile_tactics(
             self, inputs: list[Any], tactics: list[Any], profile: Any, **kwargs: Any

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-from fi_patches.pinning.targets import nested_tuple
+from fi_patches.pins.keys import as_tactic as nested_tuple
 
 GEMM_BASE = "flashinfer.gemm.gemm_base"
 

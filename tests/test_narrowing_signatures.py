@@ -1,6 +1,6 @@
-"""The ``get_valid_tactics`` wrapper keeps the original's signature: exactly ``(self, inputs,
-profile)`` for FlashInfer 0.7.x's runners (no ``*args, **kwargs`` packed per call), and a
-pass-through of extra arguments for a runner that takes more. Both answer the same way."""
+"""The one ``get_valid_tactics`` wrapper (``fi_patches.pinning.narrowing``) takes FlashInfer
+0.7.x's ``(inputs, profile)`` by position or keyword, and passes extra arguments on to a runner
+that takes more; both answer the same way."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import inspect
 import pytest
 
 from fi_patches.pinning import stack
-from fi_patches.pinning.offers import valid_tactics_replacement
-from fi_patches.pinning.targets import LOW_LATENCY
+from fi_patches.pinning.narrowing import valid_tactics_replacement
 from fi_patches.pins import PinTable
 from tests import lowlat
 from tests.mxfp8_inputs import Mxfp8Problem
@@ -42,10 +41,10 @@ def _stock_method(runner):
     return type(runner).get_valid_tactics
 
 
-def test_the_wrapper_of_the_real_runner_takes_exactly_inputs_and_profile(real_runner):
+def test_the_wrapper_of_the_real_runner_takes_inputs_and_profile(real_runner):
     original = _stock_method(real_runner)
-    wrapped = valid_tactics_replacement(LOW_LATENCY)(original, Gate())
-    assert list(inspect.signature(wrapped, follow_wrapped=False).parameters) == [
+    wrapped = valid_tactics_replacement(lowlat.LL_CLASS)(original, Gate())
+    assert list(inspect.signature(wrapped, follow_wrapped=False).parameters)[:3] == [
         "self",
         "inputs",
         "profile",
@@ -72,7 +71,7 @@ def test_a_runner_taking_more_arguments_gets_them_passed_on(real_runner):
         seen.append((extra, options))
         return stock(self, inputs, profile)
 
-    wrapped = valid_tactics_replacement(LOW_LATENCY)(original, Gate())
+    wrapped = valid_tactics_replacement(lowlat.LL_CLASS)(original, Gate())
     assert "args" in inspect.signature(wrapped, follow_wrapped=False).parameters
     pin = lowlat.non_split_alternative(N, K, 8)
     pinned, unpinned = Mxfp8Problem(N, K, 8).runner_inputs(), Mxfp8Problem(K, N, 8).runner_inputs()
@@ -93,7 +92,7 @@ def test_an_inactive_gate_answers_stock_even_for_a_pinned_weight(real_runner):
     original = _stock_method(real_runner)
     gate = Gate()
     gate.active = False
-    wrapped = valid_tactics_replacement(LOW_LATENCY)(original, gate)
+    wrapped = valid_tactics_replacement(lowlat.LL_CLASS)(original, gate)
     pinned = Mxfp8Problem(N, K, 8).runner_inputs()
     token = stack.push(_table(lowlat.non_split_alternative(N, K, 8)))
     try:

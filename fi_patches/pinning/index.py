@@ -1,0 +1,324 @@
+"""The merged index of the pins in force in one scope: per runner class, the ``[[pin]]`` keys and
+the section specializations that pin it, so the engine's wrappers answer "which pin serves this
+call?" for every op in a few dict lookups (most calls find no pin at the first).
+
+Entries keep the priority of the tables they came from (innermost block first); an entry from a
+``mode="preseed"`` block is marked so, and the tuner-cache wrapper answers its key itself.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from fi_patches.pinning.sections import SPECIALIZATIONS, Specialization
+from fi_patches.pins.keys import ShapePattern
+from fi_patches.pins.tuner_pin import SECTION as PIN_SECTION
+from fi_patches.pins.tuner_pin import TunerPin
+
+NARROW, PRESEED = "narrow", "preseed"
+
+Hit = tuple[Any, Any]
+"""``(entry, tactic)``: the entry that pins a call and its tactic in the runner's form."""
+
+
+class SectionIndex:
+    """One section's active entries by weight shape, in priority order."""
+
+    __slots__ = ("by_kn", "by_nk")
+
+    def __init__(self, by_nk: dict[Any, tuple[Any, ...]]) -> None:
+        self.by_nk = by_nk
+        """``(n, k)`` (a tensor's ``shape`` matches it as it is) -> entries."""
+        self.by_kn: dict[Any, tuple[Any, ...]] = {(k, n): g for (n, k), g in by_nk.items()}
+
+
+@dataclass
+class _KeyGroup:
+    """``[[pin]]`` entries whose shapes blank the same dimensions, keyed by what is left."""
+
+    template: ShapePattern
+    by_op: dict[tuple[str, Any], list[tuple[int, TunerPin]]] = field(default_factory=dict)
+    any_op: dict[Any, list[tuple[int, TunerPin]]] = field(default_factory=dict)
+    probe: tuple[int, int] | None = None
+    """A fixed dimension ``(input, dim)`` whose value the hot path reads first."""
+    probe_values: frozenset[int] = frozenset()
+    """Its values among the group's entries: a call with another value has no pin here."""
+    by_probe: dict[int, list[tuple[int, TunerPin]]] = field(default_factory=dict)
+    """The entries by their value of the probed dimension, priority order."""
+
+    def admits(self, inputs: Any) -> bool:
+        """Whether a call's inputs may match an entry (a cheap test of one dimension)."""
+        if self.probe is None:
+            return True
+        i, j = self.probe
+        if i >= len(inputs):
+            return False
+        shape = getattr(inputs[i], "shape", None)
+        if shape is None or j >= len(shape):
+            return False
+        return shape[j] in self.probe_values
+
+    def choose_probe(self) -> None:
+        """Probe the fixed dimension whose values tell the entries apart best."""
+        fixed = list(self.any_op)
+        best: tuple[int, tuple[int, int] | None, frozenset[int]] = (0, None, frozenset())
+        for i, shape in enumerate(self.template.fixed()):
+            for j, value in enumerate(shape):
+                if value is None or value == 0:
+                    continue
+                values = frozenset(int(k[i][j]) for k in fixed)
+                if len(values) > best[0]:
+                    best = (len(values), (i, j), values)
+        self.probe, self.probe_values = best[1], best[2]
+        for entries in self.any_op.values():
+            for rank, pin in entries:
+                value = (
+                    0 if self.probe is None else pin.shapes.fixed()[self.probe[0]][self.probe[1]]
+                )
+                self.by_probe.setdefault(int(value or 0), []).append((rank, pin))
+        for found in self.by_probe.values():
+            found.sort(key=lambda item: item[0])
+
+
+@dataclass
+class ClassPins:
+    """What pins one runner class: section specializations and ``[[pin]]`` key groups."""
+
+    specs: list[Specialization] = field(default_factory=list)
+    groups: list[_KeyGroup] = field(default_factory=list)
+    sections: list[tuple[Specialization, SectionIndex]] = field(default_factory=list)
+    """Each spec with its section's entries."""
+    weights: dict[int, list[tuple[int, dict[Any, Any]]]] = field(default_factory=dict)
+    """Per input-list length: which input holds the weight and the sections' entries by that
+    input's shape (the hot path's one test: most calls find no pin there)."""
+
+
+def _free(pattern: ShapePattern) -> tuple[Any, ...]:
+    return tuple(tuple(d is None for d in shape) for shape in pattern.fixed())
+
+
+class PinIndex:
+    """The pins of one scope's tables, merged (see the module docstring)."""
+
+    __slots__ = ("classes", "modes", "ops", "section_ops", "sections", "silenced")
+
+    def __init__(self) -> None:
+        self.sections: dict[str, SectionIndex] = {}
+        self.classes: dict[str, ClassPins] = {}
+        self.ops: frozenset[str] = frozenset()
+        """Ops of ``[[pin]]`` entries."""
+        self.section_ops: frozenset[str | None] = frozenset()
+        """Ops the sections with entries serve (None: any op)."""
+        self.silenced: dict[str, list[Specialization]] = {}
+        """Runner class -> the specializations whose pins silence it."""
+        self.modes: dict[int, str] = {}
+        """``id(entry)`` -> the mode of the block it came from (absent: narrow)."""
+
+    def serves_op(self, op: str) -> bool:
+        """Whether a pin here may apply to a call of ``op``."""
+        return op in self.ops or None in self.section_ops or op in self.section_ops
+
+
+_merged: dict[tuple[tuple[Any, str], ...], PinIndex] = {}
+_MERGED_MAX = 256
+_merged_lock = threading.Lock()
+
+
+def merge(tables: Sequence[tuple[Any, str]]) -> PinIndex:
+    """The index of ``(table, mode)`` pairs, highest priority first (the same tables, by
+    identity, share one index: entering a block of a large lockfile merges it once)."""
+    key = tuple(tables)
+    with _merged_lock:
+        found = _merged.get(key)
+    if found is None:
+        found = _merge(key)
+        with _merged_lock:
+            if len(_merged) >= _MERGED_MAX:
+                _merged.clear()
+            _merged[key] = found
+    return found
+
+
+def _merge(tables: Sequence[tuple[Any, str]]) -> PinIndex:
+    index = PinIndex()
+    by_section: dict[str, dict[tuple[int, int], list[Any]]] = {}
+    rank = 0
+    ops: set[str] = set()
+    for table, mode in tables:
+        for section, entries in table.sections.items():
+            for entry in entries:
+                if mode == PRESEED:
+                    index.modes.setdefault(id(entry), PRESEED)
+                else:
+                    index.modes.setdefault(id(entry), NARROW)
+                if section == PIN_SECTION:
+                    _add_pin(index, rank, entry)
+                    ops.add(entry.op)
+                    rank += 1
+                elif hasattr(entry, "n"):
+                    by_section.setdefault(section, {}).setdefault((entry.n, entry.k), []).append(
+                        entry
+                    )
+    index.ops = frozenset(ops)
+    for pins in index.classes.values():
+        for group in pins.groups:
+            group.choose_probe()
+    index.sections = {
+        section: SectionIndex({shape: tuple(group) for shape, group in shapes.items()})
+        for section, shapes in by_section.items()
+    }
+    section_ops: set[str | None] = set()
+    for spec in SPECIALIZATIONS:
+        if spec.section not in index.sections:
+            continue
+        section_ops.update(spec.ops if spec.ops is not None else (None,))
+        for name in spec.runners:
+            pins = index.classes.setdefault(name, ClassPins())
+            pins.specs.append(spec)
+            entries = index.sections[spec.section]
+            pins.sections.append((spec, entries))
+            for length, (position, kn) in spec.weight_inputs.items():
+                by = entries.by_kn if kn else entries.by_nk
+                pins.weights.setdefault(length, []).append((position, by))
+        for name in spec.silences:
+            index.silenced.setdefault(name, []).append(spec)
+    index.section_ops = frozenset(section_ops)
+    index.modes = {k: v for k, v in index.modes.items() if v == PRESEED}
+    return index
+
+
+def _add_pin(index: PinIndex, rank: int, pin: TunerPin) -> None:
+    pins = index.classes.setdefault(pin.runner, ClassPins())
+    free = _free(pin.shapes)
+    group = next((g for g in pins.groups if _free(g.template) == free), None)
+    if group is None:
+        group = _KeyGroup(pin.shapes)
+        pins.groups.append(group)
+    fixed = pin.shapes.fixed()
+    group.by_op.setdefault((pin.op, fixed), []).append((rank, pin))
+    group.any_op.setdefault(fixed, []).append((rank, pin))
+
+
+def section_hit(
+    index: PinIndex,
+    spec: Specialization,
+    runner: Any,
+    inputs: Sequence[Any] | None,
+    shapes: Sequence[Sequence[int]] | None = None,
+) -> Hit | None:
+    """The section pin for a call of ``runner`` on ``inputs`` (``shapes`` override theirs)."""
+    found = index.sections.get(spec.section)
+    if found is None or inputs is None:
+        return None
+    form = spec.weight_inputs.get(len(inputs))
+    if form is None:
+        return None
+    weight = shapes[form[0]] if shapes is not None else inputs[form[0]].shape
+    group = (found.by_kn if form[1] else found.by_nk).get(weight)
+    if not group:
+        return None
+    problem = spec.problem(inputs, shapes)
+    return None if problem is None else spec.pin_for(group, problem, runner)
+
+
+def key_hit(
+    groups: Sequence[_KeyGroup],
+    op: str | None,
+    profile: Sequence[Sequence[int]],
+    extras: Callable[[], str | None] | None,
+) -> TunerPin | None:
+    """The highest-priority ``[[pin]]`` of ``groups`` for a call of ``op`` (None: any op) at
+    the key profile ``profile``; ``extras`` gives the runner's extras text (None: unchecked)."""
+    best: tuple[int, TunerPin] | None = None
+    extras_text: list[str | None] = []
+    for group in groups:
+        masked = group.template.masked(profile)
+        if masked is None:
+            continue
+        found = group.by_op.get((op, masked)) if op is not None else group.any_op.get(masked)
+        for rank, pin in found or ():
+            if best is not None and best[0] <= rank:
+                break
+            rows = pin.shapes.rows_of(profile)
+            if rows is None or not pin.covers(rows):
+                continue
+            if pin.extras is not None and extras is not None:
+                if not extras_text:
+                    extras_text.append(extras())
+                if extras_text[0] != pin.extras:
+                    continue
+            best = (rank, pin)
+            break
+    return None if best is None else best[1]
+
+
+def direct_hit(
+    groups: Sequence[_KeyGroup], inputs: Sequence[Any], extras: Callable[[], str]
+) -> tuple[TunerPin, int] | None:
+    """The highest-priority ``[[pin]]`` for a direct call (outside a tuning ``choose_one``: any
+    op, the inputs' shapes as they are), read off the inputs without building a profile."""
+    best: tuple[int, TunerPin, int] | None = None
+    extras_text: list[str] = []
+    for group in groups:
+        if not group.admits(inputs):
+            continue
+        value = 0 if group.probe is None else inputs[group.probe[0]].shape[group.probe[1]]
+        for rank, pin in group.by_probe.get(int(value), ()):
+            if best is not None and best[0] <= rank:
+                break
+            rows = pin.shapes.rows_of_inputs(inputs)
+            if rows is None or not pin.covers(rows):
+                continue
+            if pin.extras is not None:
+                if not extras_text:
+                    extras_text.append(extras())
+                if extras_text[0] != pin.extras:
+                    continue
+            best = (rank, pin, rows)
+            break
+    return None if best is None else (best[1], best[2])
+
+
+def pinned_elsewhere(
+    index: PinIndex,
+    op: str,
+    name: str,
+    inputs: Sequence[Any],
+    profile: Sequence[Sequence[int]] | None,
+) -> bool:
+    """Whether another runner class than ``name`` is pinned for this call of ``op``: its other
+    runners then offer nothing, so the tuner profiles the pin alone."""
+    for spec in index.silenced.get(name, ()):
+        if section_hit(index, spec, None, inputs) is not None:
+            return True
+    if not index.serves_op(op):
+        return False
+    for other, pins in index.classes.items():
+        if other == name:
+            continue
+        for spec in pins.specs:
+            if (spec.ops is None or op in spec.ops) and _section_covers(index, spec, inputs):
+                return True
+        if pins.groups and profile is not None and key_hit(pins.groups, op, profile, None):
+            return True
+    return False
+
+
+def _section_covers(index: PinIndex, spec: Specialization, inputs: Sequence[Any]) -> bool:
+    """Whether a section entry covers the call's problem (whatever tile a runner would pick)."""
+    found = index.sections.get(spec.section)
+    form = spec.weight_inputs.get(len(inputs))
+    if found is None or form is None:
+        return False
+    group = (found.by_kn if form[1] else found.by_nk).get(inputs[form[0]].shape)
+    if not group:
+        return False
+    problem = spec.problem(inputs, None)
+    if problem is None:
+        return False
+    return any(
+        getattr(e, "min_rows", 0) <= problem[2] <= getattr(e, "max_rows", 1 << 62) for e in group
+    )

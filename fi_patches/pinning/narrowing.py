@@ -1,0 +1,234 @@
+"""The one ``get_valid_tactics`` wrapper of every pinned runner class: for a pinned call it
+offers only the pin (checked once against the runner's own list), for a call that another of
+the op's runners is pinned for it offers nothing (the tuner then profiles the pin alone), and
+for everything else FlashInfer's list, untouched.
+
+``forward`` keeps validating against the stock list, so a tactic tuned earlier still runs.
+Any surprise falls back to FlashInfer's own answer and is logged once.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+from fi_patches._logging import get_logger, log_once
+from fi_patches.internals import tuner as fi_tuner
+from fi_patches.pinning import stack
+from fi_patches.pinning.index import (
+    ClassPins,
+    PinIndex,
+    direct_hit,
+    key_hit,
+    pinned_elsewhere,
+    section_hit,
+)
+from fi_patches.pinning.tuning_calls import CALL, TUNING, Call
+from fi_patches.pins.keys import as_tactic, extras_text
+
+logger = get_logger(__name__)
+
+_SURPRISE = "fi_patches could not compare a pin with the runner's tactics; offering the stock list"
+
+# Per runner class: (key of the call, pin) -> whether the stock list offers the pin.
+_offered: weakref.WeakKeyDictionary[type, dict[tuple[Any, ...], bool]] = weakref.WeakKeyDictionary()
+
+
+def input_profile(inputs: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
+    """The inputs' shapes as FlashInfer's tuner reads them (a non-tensor input is ``(0,)``)."""
+    return tuple(tuple(int(d) for d in x.shape) if hasattr(x, "shape") else (0,) for x in inputs)
+
+
+def key_profile(inputs: Sequence[Any], profile: Any, call: Call | None) -> Any:
+    """The profile the tuner keys this call under: inside ``choose_one`` FlashInfer's own
+    bucket mapping of the profile's shapes, else the shapes as given."""
+    shapes = profile.get_opt_shapes() if profile is not None else input_profile(inputs)
+    if call is not None:
+        return fi_tuner.nearest_profile(call.tuner, shapes, call.config)
+    return shapes
+
+
+def find_pin(
+    index: PinIndex, pins: ClassPins, runner: Any, inputs: Sequence[Any], profile: Any
+) -> tuple[Any, Any, Any] | None:
+    """``(entry, tactic, key)`` of the pin in ``pins`` for ``runner`` on this call, or None.
+    ``key`` names the call for the once-per-call verdicts."""
+    for spec, entries in pins.sections:
+        form = spec.weight_inputs.get(len(inputs))
+        if form is None:
+            continue
+        group = (entries.by_kn if form[1] else entries.by_nk).get(inputs[form[0]].shape)
+        if group:
+            problem = spec.problem(inputs, None)
+            hit = None if problem is None else spec.pin_for(group, problem, runner)
+            if hit is not None:
+                return hit[0], hit[1], (spec.section, problem, _dtypes(inputs))
+    if pins.groups:
+        call = CALL.get()
+
+        def extras() -> str:
+            return extras_text(runner.get_cache_key_extras(list(inputs)))
+
+        if call is None:  # a direct call: the inputs' shapes as they are
+            hit = direct_hit(pins.groups, inputs, extras)
+            if hit is not None:
+                direct, rows = hit
+                return direct, direct.tactic, ("pin", direct.token, rows, _dtypes(inputs))
+            return None
+        shapes = key_profile(inputs, profile, call)
+        pin = key_hit(pins.groups, call.op, shapes, extras)
+        if pin is not None:
+            return pin, pin.tactic, ("pin", pin.token, shapes)
+    return None
+
+
+def _dtypes(inputs: Sequence[Any]) -> tuple[Any, ...]:
+    """The dtypes of the first inputs (and an output's): with the shapes, what decides a
+    runner's stock list."""
+    out = inputs[5] if len(inputs) > 5 else None
+    first = getattr(inputs[0], "dtype", None) if inputs else None
+    second = getattr(inputs[1], "dtype", None) if len(inputs) > 1 else None
+    return (first, second, getattr(out, "dtype", None), len(inputs))
+
+
+def silenced(index: PinIndex, name: str, inputs: Sequence[Any], profile: Any) -> bool:
+    """Whether another runner of the op being tuned is pinned for this call."""
+    call = CALL.get()
+    if call is None:
+        return any(
+            section_hit(index, spec, None, inputs) is not None
+            for spec in index.silenced.get(name, ())
+        )
+    shapes = key_profile(inputs, profile, call) if index.ops else None
+    return pinned_elsewhere(index, call.op, name, inputs, shapes)
+
+
+def valid_tactics_replacement(name: str) -> Any:
+    """``make(original, gate)`` for ``get_valid_tactics`` of the runner class ``name``.
+
+    Most calls find no pin: one context-variable read and a dict lookup or two, all of
+    fi_patches' own work under one guard (FlashInfer's own call is made outside it, so its
+    behaviour, exceptions included, is unchanged)."""
+    scope_of = stack._scope.get
+
+    def make(original: Any, gate: Any) -> Any:
+        def unreadable() -> None:
+            log_once(
+                logger,
+                logging.WARNING,
+                f"problem:{name}",
+                "fi_patches could not read the problem of %s inputs; offering the stock tactics",
+                name,
+                exc_info=True,
+            )
+
+        @functools.wraps(original)
+        def get_valid_tactics(
+            self: Any, inputs: Any, profile: Any = None, *args: Any, **kwargs: Any
+        ) -> Any:
+            found = None
+            quiet = False
+            try:  # everything of fi_patches' own, attribute reads included
+                scope = scope_of()
+                index = scope.with_process() if stack._process_tables else scope.index
+                if index is not None and gate.active and stack._suspended is None:
+                    pins = index.classes.get(name)
+                    if pins is not None:
+                        for at, by in pins.weights.get(len(inputs), ()):
+                            if by.get(inputs[at].shape):
+                                found = find_pin(index, pins, self, inputs, profile)
+                                break
+                        else:
+                            for group in pins.groups:
+                                if group.admits(inputs):
+                                    found = find_pin(index, pins, self, inputs, profile)
+                                    break
+                    if found is None and (TUNING[0] or name in index.silenced):
+                        quiet = silenced(index, name, inputs, profile)
+            except Exception:
+                unreadable()
+                found, quiet = None, False
+            if quiet:
+                _note(inputs, name, ())
+                return []
+            if found is None:
+                if args or kwargs:
+                    return original(self, inputs, profile, *args, **kwargs)
+                return original(self, inputs, profile)
+            offered = _offer(name, found, original, self, inputs, profile, args, kwargs)
+            if TUNING[0] and len(offered) == 1:
+                _note(inputs, name, (as_tactic(offered[0]),))
+            return offered
+
+        return get_valid_tactics
+
+    return make
+
+
+def _note(inputs: Any, name: str, tactics: tuple[Any, ...]) -> None:
+    """Tell the tuning call what this runner may profile for these inputs."""
+    call = CALL.get()
+    if call is not None:
+        call.allow(inputs, name, tactics)
+
+
+def _offer(
+    name: str,
+    found: tuple[Any, Any, Any],
+    original: Any,
+    runner: Any,
+    inputs: Any,
+    profile: Any,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> list[Any]:
+    """``[pin]`` when the runner's stock list offers it for this call (checked once per runner
+    class and call), else the stock list and one error naming the entry."""
+    entry, pin, key = found
+    try:
+        verdicts = _offered.get(type(runner))
+        if verdicts is None:
+            verdicts = _offered.setdefault(type(runner), {})
+        offered = verdicts.get((key, pin))
+    except Exception:
+        log_once(logger, logging.WARNING, f"offer:{name}", _SURPRISE, exc_info=True)
+        return original(runner, inputs, profile, *args, **kwargs)  # type: ignore[no-any-return]
+    if offered is None:
+        stock = original(runner, inputs, profile, *args, **kwargs)
+        try:
+            offered = pin in [as_tactic(t) for t in stock]
+        except Exception:
+            log_once(logger, logging.WARNING, f"offer:{name}", _SURPRISE, exc_info=True)
+            return list(stock)
+        verdicts[(key, pin)] = offered
+        if not offered:
+            log_once(
+                logger,
+                logging.ERROR,
+                f"notoffered:{name}:{key}:{pin}",
+                "pinned tactic %s (%s) is not among the %d tactics FlashInfer's %s offers for "
+                "this call (%s); this key gets the stock tactics",
+                pin,
+                _where(entry),
+                len(stock),
+                name,
+                _call_text(key),
+            )
+            return list(stock)
+    if not offered:
+        return original(runner, inputs, profile, *args, **kwargs)  # type: ignore[no-any-return]
+    return [pin]
+
+
+def _where(entry: Any) -> str:
+    return f"[[{entry.SECTION}]] #{entry.index}"
+
+
+def _call_text(key: tuple[Any, ...]) -> str:
+    if key[0] == "pin":
+        return f"profile {key[2]}" if len(key) == 3 else f"rows {key[2]}"
+    n, k, rows = key[1]
+    return f"n={n} k={k} rows={rows}"

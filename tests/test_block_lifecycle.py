@@ -1,0 +1,154 @@
+"""Blocks against ``disable()``/``enable()`` and against each other: counts follow the blocks
+that took them, a block made inert stays inert until it exits, preseed blocks leave in any
+order, and the routers' memos do not grow with the blocks entered (CPU, real FlashInfer)."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import pytest
+
+import fi_patches
+from fi_patches.mxfp8 import explain
+from fi_patches.pinning import stack
+from fi_patches.pinning.installation import installed_count
+from tests import lowlat
+
+N, K = lowlat.SHAPE
+
+
+@pytest.fixture
+def pins(pinning: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    return lowlat.non_split_alternative(N, K, 8), lowlat.non_split_alternative(N, K, 8, skip=2)
+
+
+def _enter(table: object, **kwargs: object) -> object:
+    block = fi_patches.pinned_tactics(table, **kwargs)  # type: ignore[arg-type]
+    block.__enter__()
+    return block
+
+
+def test_an_older_block_leaving_after_disable_and_enable_keeps_a_newer_one_pinned(pins):
+    first, second = pins
+    runner = lowlat.runner()
+    older = _enter(lowlat.table(lowlat.entry(N, K, 5, 8, first)))
+    fi_patches.disable()
+    fi_patches.enable()
+    newer = _enter(lowlat.table(lowlat.entry(N, K, 5, 8, second)))
+    try:
+        older.__exit__(None, None, None)  # type: ignore[attr-defined]
+        assert lowlat.offered(runner, N, K, 8) == [second]
+    finally:
+        newer.__exit__(None, None, None)  # type: ignore[attr-defined]
+        fi_patches.disable()
+    assert lowlat.offered(runner, N, K, 8) == lowlat.stock(N, K, 8)
+    assert installed_count() == 0
+
+
+def test_a_block_made_inert_by_disable_stays_inert_after_enable(pins):
+    first, _ = pins
+    other_n, other_k = lowlat.OTHER_SHAPE
+    other_pin = lowlat.non_split_alternative(other_n, other_k, 8)
+    runner = lowlat.runner()
+    inert = _enter(lowlat.table(lowlat.entry(N, K, 5, 8, first)))
+    fi_patches.disable()
+    fi_patches.enable()
+    try:
+        assert lowlat.offered(runner, N, K, 8) == lowlat.stock(N, K, 8)
+        with fi_patches.pinned_tactics(
+            lowlat.table(lowlat.entry(other_n, other_k, 5, 8, other_pin))
+        ):
+            assert lowlat.offered(runner, other_n, other_k, 8) == [other_pin]
+            assert lowlat.offered(runner, N, K, 8) == lowlat.stock(N, K, 8)
+        assert stack.active_tables() == ()
+    finally:
+        inert.__exit__(None, None, None)  # type: ignore[attr-defined]
+        fi_patches.disable()
+
+
+def test_the_rank_guards_installation_follows_its_blocks(pins):
+    from fi_patches.ranks.automatic import GUARD
+
+    first, second = pins
+    older = _enter(lowlat.table(lowlat.entry(N, K, 5, 8, first)))
+    fi_patches.disable()
+    fi_patches.enable()
+    newer = _enter(lowlat.table(lowlat.entry(N, K, 5, 8, second)))
+    try:
+        held = GUARD.count
+        assert held >= 1
+        older.__exit__(None, None, None)  # type: ignore[attr-defined]
+        assert GUARD.count == held
+    finally:
+        newer.__exit__(None, None, None)  # type: ignore[attr-defined]
+        fi_patches.disable()
+    assert GUARD.count == 0
+
+
+@pytest.mark.simulated
+def test_preseed_blocks_left_out_of_order_leave_nothing_behind(pins, both, tuner):
+    first, second = pins
+    outer = _enter(lowlat.table(lowlat.entry(N, K, 5, 8, first)), mode="preseed")
+    inner = _enter(lowlat.table(lowlat.entry(N, K, 5, 8, second)), mode="preseed")
+    assert lowlat.served(tuner, N, K, 8) == second
+    outer.__exit__(None, None, None)  # type: ignore[attr-defined]
+    assert lowlat.served(tuner, N, K, 8) == second
+    inner.__exit__(None, None, None)  # type: ignore[attr-defined]
+    assert lowlat.served(tuner, N, K, 8) is None
+    assert lowlat.cached_low_latency(tuner, N, K) == {}
+
+
+@pytest.mark.simulated
+def test_preseed_blocks_of_two_threads_interleaved_leave_nothing_behind(pins, both, tuner):
+    first, second = pins
+    steps = [threading.Event() for _ in range(4)]
+    seen: dict[str, object] = {}
+
+    def worker(pin: tuple[int, ...], enter: int, leave: int, name: str) -> None:
+        steps[enter].wait(5)
+        block = _enter(lowlat.table(lowlat.entry(N, K, 5, 8, pin)), mode="preseed")
+        seen[name] = lowlat.served(tuner, N, K, 8)
+        steps[enter + 1].set()
+        steps[leave].wait(5)
+        block.__exit__(None, None, None)  # type: ignore[attr-defined]
+        if leave + 1 < len(steps):
+            steps[leave + 1].set()
+
+    a = threading.Thread(target=worker, args=(first, 0, 2, "a"))
+    b = threading.Thread(target=worker, args=(second, 1, 3, "b"))
+    a.start(), b.start()
+    steps[0].set()
+    a.join(10), b.join(10)
+    assert seen == {"a": first, "b": second}  # each thread sees its own block's pin
+    assert lowlat.served(tuner, N, K, 8) is None
+    assert lowlat.cached_low_latency(tuner, N, K) == {}
+
+
+def test_route_memos_do_not_grow_with_the_blocks_entered(pins, sm103):
+    first, _ = pins
+    table = lowlat.table(lowlat.entry(N, K, 5, 8, first))
+    explain(N, K, 6, pins=table)
+    gc.collect()
+    scopes_before = sum(1 for o in gc.get_objects() if type(o).__name__ == "_Scope")
+    for _ in range(300):
+        with fi_patches.pinned_tactics(table):
+            explain(N, K, 6)
+            explain(N, K, 6, pins=table)
+    gc.collect()
+    scopes_after = sum(1 for o in gc.get_objects() if type(o).__name__ == "_Scope")
+    assert scopes_after - scopes_before < 10
+    from fi_patches.mxfp8 import routes
+
+    assert routes.memo_size() < 50
+
+
+def test_mapping_pins_are_accepted_by_mm_and_explain(pins, sm103):
+    first, _ = pins
+    mapping = {
+        "meta": {"device": "sm_103", "flashinfer": ">=0.7.0"},
+        "low_latency": [lowlat.entry(N, K, 5, 8, first)],
+    }
+    choice = explain(N, K, 6, pins=mapping)
+    assert choice.route.value == "cutedsl_low_latency"
+    assert explain(N, K, 6, pins=mapping) is choice  # equal mappings share one memo row
