@@ -18,7 +18,9 @@ def _value(value: Any) -> str:
     if isinstance(value, float) and math.isfinite(value):
         return repr(value)
     if isinstance(value, str):
-        return json.dumps(value, ensure_ascii=False)  # a TOML basic string; no surrogate pairs
+        # a TOML basic string: JSON's escapes, no surrogate pairs, and DEL escaped too (JSON
+        # leaves it raw; TOML forbids it)
+        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_value(v) for v in value) + "]"
     if isinstance(value, Mapping):
