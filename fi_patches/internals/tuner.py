@@ -185,10 +185,11 @@ PROFILING_CACHE = Internal(
     ATTRIBUTE,
     AUTOTUNER,
     "AutoTuner.get().profiling_cache",
-    (),
+    (PRESEED,),
     check=_check_mapping,
 )
-"""The live in-process winners (``fi_patches.pins.record.from_tuner`` reads them)."""
+"""The live in-process winners (``fi_patches.pins.record.from_tuner`` reads them; preseed's
+self-check checks that answering a lookup writes nothing there)."""
 
 TUNING_CONFIG_CLASS = Internal(
     "tuning_config_class",

@@ -151,6 +151,29 @@ def offered(rows: int = PINNED_ROWS) -> dict[str, Any]:
     return _attempt(tactics)
 
 
+def served(tuner: Any, rows: int = PINNED_ROWS) -> dict[str, Any]:
+    """What FlashInfer's own cache lookup serves the low-latency runner at ``rows`` rows of the
+    weight outside tuning: ``{"value": tactic or None}``, ``{"error": ...}`` or
+    ``{"absent": True}``."""
+    from tests.mxfp8_inputs import Mxfp8Problem
+
+    factory = _low_latency_factory()
+    if factory is None or tuner is None:
+        return {"absent": True}
+
+    def lookup() -> Any:
+        gemm_base = importlib.import_module("flashinfer.gemm.gemm_base")
+        inputs = Mxfp8Problem(N, K, rows).runner_inputs(gemm_base.DEFAULT_WORKSPACE_SIZE)
+        shapes = tuple(tuner._get_input_sizes(inputs))
+        config = gemm_base._MM_MXFP8_CUTE_DSL_TUNING_CONFIG
+        hit, _, tactic, _ = tuner.search_cache(
+            "mxfp8_gemm", [factory(103, True)], shapes, config, inputs=inputs
+        )
+        return as_json(tactic) if hit else None
+
+    return _attempt(lookup)
+
+
 def _tuner() -> Any:
     """FlashInfer's tuner singleton, taken before anything is broken (None where the release
     has none at the usual place)."""
@@ -161,7 +184,8 @@ def _tuner() -> Any:
 
 
 TUNER_STORES = ("profiling_cache", "_profiling_cache_policies")
-"""The tuner's cached winners and their measurement policies (what preseeding writes)."""
+"""The tuner's cached winners and their measurement policies (preseed answers lookups and must
+leave them as they were)."""
 
 
 def tuner_cache(tuner: Any) -> dict[str, dict[str, int]]:
@@ -288,6 +312,7 @@ def _checks(table: str, tuner: Any) -> dict[str, Any]:
     def seeded() -> Any:
         with fi_patches.pinned_tactics(table, mode="preseed") as active:
             cache["inside"] = tuner_cache(tuner)
+            cache["served_inside"] = served(tuner)
             return active is not None
 
     obs["calls"]["preseed"] = _attempt(seeded)

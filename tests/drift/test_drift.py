@@ -27,9 +27,11 @@ def test_the_baseline_is_clean_and_pins_take_effect(drift) -> None:
         assert base["offered"]["inside"] == {"value": [pin["tactic"]]}
         assert base["offered"]["auto"] == {"value": [pin["tactic"]]}
         assert len(base["offered"]["outside"]["value"]) > 1
-    if records["preseed"]["enabled"]:
+    if records["preseed"]["enabled"] and records["pinned_tactics"]["enabled"]:
         cache = base["tuner_cache"]
-        assert cache["inside"] != cache["before"] == cache["after"]
+        assert cache["inside"] == cache["before"] == cache["after"]  # answered, never written
+        pin = drift.results.table["low_latency"][0]
+        assert cache["served_inside"] == {"value": pin["tactic"]}
 
 
 @pytest.mark.parametrize("case", all_cases(), ids=lambda c: c.id)

@@ -204,14 +204,19 @@ def _tuner_cache(obs: dict[str, Any], base: dict[str, Any]) -> list[str]:
             f"the preseed block left the tuner's cache changed: {_cache_diff(before, after)}"
         )
     enabled = _records(obs).get("preseed", {}).get("enabled", False)
-    if inside is not None and not enabled and inside != before:
+    if inside is not None and inside != before:
         found.append(
-            f"preseed is off, yet its block changed the tuner's cache: {_cache_diff(before, inside)}"
+            f"the preseed block changed the tuner's cache: {_cache_diff(before, inside)}"
         )
-    seeded = base.get("tuner_cache", {}).get("inside") != base.get("tuner_cache", {}).get("before")
+    base_served = base.get("tuner_cache", {}).get("served_inside", {}).get("value")
+    case_served = obs.get("tuner_cache", {}).get("served_inside", {})
     sections_on = any(_records(obs).get(f, {}).get("enabled") for f in SEEDED_BY)
-    if inside is not None and enabled and sections_on and seeded and inside == before:
-        found.append("preseed is on, yet its block seeded nothing (the baseline's did)")
+    if enabled and sections_on and base_served is not None and "value" in case_served:
+        if case_served["value"] != base_served:
+            found.append(
+                f"preseed is on, yet FlashInfer's lookup inside its block served "
+                f"{case_served['value']} (the baseline's served the pin {base_served})"
+            )
     return found
 
 
