@@ -12,6 +12,7 @@ from fi_patches.cli import main
 from fi_patches.pins import PinTable
 from fi_patches.pins.record import from_tuner, parse_file_key, read_cache, to_table
 from tests import cutedsl, lowlat
+from tests.conftest import flashinfer_or_skip
 from tests.mxfp8_inputs import Mxfp8Problem
 
 N, K = lowlat.SHAPE
@@ -181,3 +182,37 @@ def test_check_of_a_broken_file_exits_one(tmp_path, capsys):
     path.write_text("[meta\n")
     assert main(["pins", "check", str(path)]) == 1
     assert "TOML" in capsys.readouterr().out
+
+
+def test_check_of_a_lockfile_finds_runners_and_ops_and_leaves_tactics_to_the_tuner(
+    tmp_path, capsys
+):
+    """A ``[[pin]]``'s runner and op are FlashInfer's or the entry is invalid; its tactic can
+    be listed only by the tuner on the op's real inputs, so ``pins check`` says unchecked (exit
+    3) with that reason, and doctor still counts the entry as applied."""
+    flashinfer_or_skip()
+    from fi_patches.pins.check import pins_per_op
+
+    body = (
+        "[meta]\ndevice = '*'\nflashinfer = '>=0.7'\n"
+        "[[pin]]\nop = 'bf16_gemm'\nrunner = 'CublasltBf16GemmRunner'\n"
+        "shapes = [['rows', 4096], [4096, 7168]]\nmin_rows = 1\nmax_rows = 16\ntactic = 3\n"
+    )
+    path = tmp_path / "lock.toml"
+    path.write_text(body)
+    assert main(["pins", "check", str(path)]) == 3
+    out = capsys.readouterr().out
+    assert "unchecked  runner and op found in FlashInfer" in out
+    assert "whether tactic 3 is in the runner's own list" in out
+    [ops] = pins_per_op(PinTable.from_file(path))
+    assert (ops.op, ops.entries, ops.applied, ops.invalid, ops.unchecked) == (
+        "bf16_gemm",
+        1,
+        1,
+        0,
+        1,
+    )
+
+    path.write_text(body.replace("CublasltBf16GemmRunner", "CublasltBf16GemmRunnerGone"))
+    assert main(["pins", "check", str(path)]) == 1
+    assert "runner = 'CublasltBf16GemmRunnerGone': is not a runner class" in capsys.readouterr().out
