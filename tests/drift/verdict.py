@@ -35,9 +35,9 @@ from fi_patches.internals import Declared, OneOf, declared
 from tests.drift.cases import Case, must_disable, paths
 from tests.drift.child import ROUTE_FEATURES
 
-SEEDED_BY = ("pinned_tactics", "pinned_cute_dsl")
-"""The features whose pin sections a preseed block writes into the tuner's cache (with one of
-them on, a preseed block that is on seeds something)."""
+SERVED_BY = "pinned_tactics"
+"""The feature of the ``[[low_latency]]`` pin whose lookup the drift child asks for inside a
+preseed block: with it and preseed on, FlashInfer's lookup must serve that pin."""
 
 CALLS = ("pinned_tactics", "preseed", "auto", "auto_explain", "disable")
 """The calls that must never raise, whatever is broken."""
@@ -210,8 +210,8 @@ def _tuner_cache(obs: dict[str, Any], base: dict[str, Any]) -> list[str]:
         )
     base_served = base.get("tuner_cache", {}).get("served_inside", {}).get("value")
     case_served = obs.get("tuner_cache", {}).get("served_inside", {})
-    sections_on = any(_records(obs).get(f, {}).get("enabled") for f in SEEDED_BY)
-    if enabled and sections_on and base_served is not None and "value" in case_served:
+    section_on = _records(obs).get(SERVED_BY, {}).get("enabled")
+    if enabled and section_on and base_served is not None and "value" in case_served:
         if case_served["value"] != base_served:
             found.append(
                 f"preseed is on, yet FlashInfer's lookup inside its block served "
