@@ -19,8 +19,8 @@ from fi_patches.internals.flashinfer import FLASHINFER
 WRAPT = Version(importlib.metadata.version("wrapt"))
 
 
-def wrapt(verified: str) -> Dependency:
-    return Dependency("wrapt", "wrapt", SpecifierSet(verified), "wrapt")
+def wrapt(verified: str, releases: tuple[str, ...] = (str(WRAPT),)) -> Dependency:
+    return Dependency("wrapt", "wrapt", SpecifierSet(verified), "wrapt", releases=releases)
 
 
 def passing_check(device: Device) -> str | None:
@@ -88,6 +88,23 @@ def test_a_feature_without_flashinfer_or_device_is_decided_by_its_dependency(mon
         f"wrapt {WRAPT} is unverified (verified: <=1.0); enabled by "
         "FI_PATCHES_ALLOW_UNVERIFIED=1 because all 0 probes and the self-check pass."
     )
+
+
+def test_a_release_in_the_range_that_no_matrix_cell_ran_says_so():
+    below = f"{WRAPT.major}.{WRAPT.minor}.{WRAPT.micro}rc1"  # listed releases around it
+    above = f"{WRAPT.major + 1}.0"
+    inside = wrapt(f">={below},<={above}", releases=(below, above, f"{WRAPT.major + 2}.0"))
+    record = evaluate(feature((inside,)), None)
+    assert record.enabled and not record.in_matrix
+    assert record.reason == (
+        f"wrapt {WRAPT} is not in the compat matrix; between verified {below} and {above}; "
+        "0 probes and the self-check pass."
+    )
+    listed = evaluate(feature((wrapt(f">={below},<={above}", releases=(str(WRAPT),)),)), None)
+    assert listed.enabled and listed.in_matrix
+    assert listed.reason == f"wrapt {WRAPT} is verified; 0 probes and the self-check pass."
+    alone = evaluate(feature((wrapt(f"=={WRAPT}", releases=()),)), None)
+    assert alone.reason.startswith(f"wrapt {WRAPT} is not in the compat matrix; no release of ")
 
 
 def test_a_failed_dependency_comes_before_flashinfer_and_the_device():
