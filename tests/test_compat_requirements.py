@@ -52,7 +52,10 @@ def feature(requires, self_check="passing_check", devices=()) -> Feature:
             f"packaging {PACKAGING} is newer than the verified range <=1.0 "
             "(all 0 probes pass; set FI_PATCHES_ALLOW_UNVERIFIED=1 to enable it).",
         ),
-        (f">{PACKAGING}", f"packaging {PACKAGING} is outside the verified range >{PACKAGING} (all 0 probes pass)."),
+        (
+            f">{PACKAGING}",
+            f"packaging {PACKAGING} is outside the verified range >{PACKAGING} (all 0 probes pass).",
+        ),
     ],
 )
 def test_a_dependency_is_gated_like_flashinfer(verified, reason):
