@@ -157,6 +157,21 @@ def test_check_reports_each_entry_and_exits_by_the_worst(pinning, tmp_path, caps
     assert "meta: OK" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("any_release", ["*", ""])
+def test_check_reads_flashinfer_star_or_empty_as_any_release(
+    pinning, tmp_path, capsys, any_release
+):
+    path = tmp_path / "pins.toml"
+    path.write_text(
+        f'[meta]\ndevice = "sm_103"\nflashinfer = "{any_release}"\n\n'
+        f"[[low_latency]]\nn = {N}\nk = {K}\nmin_rows = 5\nmax_rows = 8\n"
+        f"tactic = {list(lowlat.non_split_alternative(N, K, 8))}\n"
+    )
+    assert main(["pins", "check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "FlashInfer any" in out and "meta: OK" in out
+
+
 def test_check_flags_a_table_from_another_device(pinning, tmp_path, capsys):
     path = tmp_path / "pins.json"
     path.write_text(json.dumps({"meta": {"device": "sm_100", "flashinfer": ">=0.7"}}))
