@@ -3,7 +3,8 @@
 Other modules ask :func:`get` or :func:`flag` with a :class:`Variable` declared here and never
 read ``os.environ`` themselves, so this list is complete. The exceptions are the start-up
 hook (the line in ``fi_patches_auto.pth`` and :mod:`fi_patches.startup`), which must import
-nothing at interpreter start; they read :data:`AUTO` by name.
+nothing at interpreter start; they read :data:`AUTO` by name, with :func:`boolean`'s words
+spelled out (``tests/test_startup_hook.py`` checks they agree).
 """
 
 from __future__ import annotations
