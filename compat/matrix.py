@@ -12,11 +12,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from compat.outcomes import TestCase
-
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib
+from fi_patches import _toml
 
 MATRIX_FILE = Path(__file__).with_name("matrix.toml")
 NEWEST = "newest"
@@ -383,8 +379,8 @@ def load(path: Path | str = MATRIX_FILE) -> Matrix:
     path = Path(path)
     with path.open("rb") as handle:
         try:
-            data = tomllib.load(handle)
-        except tomllib.TOMLDecodeError as exc:
+            data = _toml.load(handle)
+        except _toml.TOMLDecodeError as exc:
             raise MatrixError(f"{path}: {exc}") from exc
     return parse(data, source=str(path))
 

@@ -3,11 +3,13 @@
 Other modules ask :func:`get` or :func:`flag` with a :class:`Variable` declared here and never
 read ``os.environ`` themselves, so this list is complete. The exceptions are the start-up
 hook (the line in ``fi_patches_auto.pth`` and :mod:`fi_patches.startup`), which must import
-nothing at interpreter start; they read :data:`AUTO` by name.
+nothing at interpreter start; they read :data:`AUTO` by name, with :func:`boolean`'s words
+spelled out (``tests/test_startup_hook.py`` checks they agree).
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -84,7 +86,13 @@ VARIABLES: tuple[Variable, ...] = (
 )
 """Every variable fi_patches reads, in the order the README lists them."""
 
-_TRUE = ("1", "true", "yes", "on")
+TRUE_WORDS = ("1", "true", "yes", "on")
+"""How a boolean variable says yes (any case, surrounding spaces ignored)."""
+FALSE_WORDS = ("0", "false", "no", "off", "")
+"""How a boolean variable says no; set and empty is no too."""
+
+logger = logging.getLogger("fi_patches.env")
+_warned: set[tuple[str, str]] = set()
 
 
 def get(variable: Variable) -> str | None:
@@ -93,9 +101,38 @@ def get(variable: Variable) -> str | None:
     return value if value else None
 
 
+def boolean(
+    variable: Variable, environ: Mapping[str, str] | None = None, default: bool | None = None
+) -> bool | None:
+    """The boolean a variable holds (:data:`TRUE_WORDS`, :data:`FALSE_WORDS`), read from
+    ``environ`` (the process environment by default). Unset gives ``default``, and so does any
+    other value, after one warning naming the variable and its value: every boolean variable,
+    the start-up hook's included, reads one way."""
+    env = os.environ if environ is None else environ
+    raw = env.get(variable.name)
+    if raw is None:
+        return default
+    value = raw.strip().lower()
+    if value in TRUE_WORDS:
+        return True
+    if value in FALSE_WORDS:
+        return False
+    if (variable.name, raw) not in _warned:
+        _warned.add((variable.name, raw))
+        logger.warning(
+            "%s=%r is not a boolean (%s for on, %s or empty for off); using the default (%s)",
+            variable.name,
+            raw,
+            "/".join(TRUE_WORDS),
+            "/".join(w for w in FALSE_WORDS if w),
+            {True: "on", False: "off", None: "unset"}[default],
+        )
+    return default
+
+
 def flag(variable: Variable) -> bool:
-    """Whether the variable is set to a true value (1, true, yes, on; any case)."""
-    return (os.environ.get(variable.name) or "").strip().lower() in _TRUE
+    """Whether the variable is on (:func:`boolean`, off by default)."""
+    return bool(boolean(variable, default=False))
 
 
 def environ() -> Mapping[str, str]:

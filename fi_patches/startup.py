@@ -25,17 +25,40 @@ pays for what it imports (``tests/test_startup_hook.py`` checks the two agree)."
 PTH_NAME = "fi_patches_auto.pth"
 TARGET = "flashinfer"
 
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off", "")
+"""``fi_patches._env``'s boolean words, spelled out for the same reason (the test checks)."""
+
 PTH_LINE = (
-    f"import os; os.environ.get({ENV!r}, '0') not in ('', '0') and "
-    "__import__('fi_patches.startup').startup.install()"
+    f"import os; os.environ.get({ENV!r}, '').strip().lower() not in {FALSE_WORDS!r} and "
+    "(u := __import__('importlib.util').util).find_spec('fi_patches') is not None and "
+    "u.find_spec('fi_patches.startup') is not None and "
+    "__import__('fi_patches.startup').startup.from_pth()"
 )
-"""The one line of ``fi_patches_auto.pth`` (``site`` runs lines that start with ``import``)."""
+"""The one line of ``fi_patches_auto.pth`` (``site`` runs lines that start with ``import``).
+It asks for fi_patches only when the variable is not off, and is silent when fi_patches is
+gone (the file left behind by ``pip uninstall`` of an editable install)."""
 
 
 def requested(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether ``FI_PATCHES_AUTO`` asks for activation at start-up (as the ``.pth`` reads it)."""
-    value = (os.environ if environ is None else environ).get(ENV, "0")
-    return value not in ("", "0")
+    """Whether ``FI_PATCHES_AUTO`` asks for activation at start-up (as ``_env`` reads a
+    boolean: a value neither on nor off is off)."""
+    value = (os.environ if environ is None else environ).get(ENV, "")
+    return value.strip().lower() in TRUE_WORDS
+
+
+def from_pth() -> None:
+    """What the ``.pth`` line runs when the variable is not off: :func:`install` when it is on;
+    otherwise (a value that is not a boolean) the one warning ``_env`` gives, and nothing else."""
+    if requested():
+        install()
+        return
+    try:
+        from fi_patches import _env
+
+        _env.flag(_env.AUTO)
+    except Exception:
+        return  # at interpreter start; the hook stays off either way
 
 
 def _activate(module: ModuleType) -> None:

@@ -322,7 +322,9 @@ def test_the_wheel_ships_its_data_files(installed_python):
     assert example == (EXAMPLES / "deepseek_v3_tp4.toml").read_text()
 
 
-def test_the_wheel_ships_the_license_and_needs_only_packaging(installed_python):
+def test_the_wheel_ships_the_license_and_needs_only_packaging_and_tomli_before_3_11(
+    installed_python,
+):
     with zipfile.ZipFile(_wheel(installed_python)) as wheel:
         names = wheel.namelist()
         licenses = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
@@ -339,7 +341,7 @@ def test_the_wheel_ships_the_license_and_needs_only_packaging(installed_python):
         for line in lines
         if line.startswith("Requires-Dist:") and "extra ==" not in line
     )
-    assert base == ["packaging>=23"]
+    assert base == ["packaging>=23", 'tomli>=1.1; python_version < "3.11"']
 
 
 def test_installing_the_wheel_on_a_serving_host_keeps_its_torch_and_flashinfer(

@@ -233,7 +233,9 @@ def test_timing_here_needs_a_blackwell_gpu(sm103, chain, tmp_path, capsys, monke
 
 
 @cpu_only
-def test_a_runner_that_cannot_list_its_tactics_here_is_named(pinning, chain, tmp_path, capsys):
+def test_an_old_timings_file_whose_runner_cannot_list_here_says_what_is_missing(
+    pinning, chain, tmp_path, capsys
+):
     timings = tmp_path / "timings.json"
     timings.write_text(
         json.dumps(
@@ -246,10 +248,54 @@ def test_a_runner_that_cannot_list_its_tactics_here_is_named(pinning, chain, tmp
         )
     )
     assert run_tune(chain, tmp_path / "p.toml", timings) == 1  # no simulated SM count
-    assert (
-        "tune: cute_dsl runner for 2112x7168 (op 'fused_wqa_wkv') could not list its tactics "
-        "at 128 rows (AssertionError: Torch not compiled with CUDA enabled)"
-    ) in capsys.readouterr().err
+    assert capsys.readouterr().err == (
+        f"tune: {timings} records no candidates (the tactics each op offers; tune --save-timings "
+        "records them), and cute_dsl runner for 2112x7168 (op 'fused_wqa_wkv') cannot list its "
+        "own at 128 rows here (AssertionError: Torch not compiled with CUDA enabled); record "
+        "the timings again with tune --save-timings\n"
+    )
+
+
+OFF_GPU = """
+import sys
+from fi_patches.cli import main
+sys.exit(main(["tune", "--chain", "deepseek_v3_tp4", "--out", sys.argv[1], "--timings",
+               sys.argv[2], "--no-progress"]))
+"""
+
+
+def test_the_shipped_chain_replays_off_the_gpu_from_recorded_timings(both, tmp_path):
+    """Recorded where the runners list their tactics (the simulated sm_103), replayed in a
+    plain CPU process: no device, no FI_PATCHES_DEVICE, no simulation."""
+    import os
+    import subprocess
+    import sys
+
+    from fi_patches.chain.spec import chain_path
+
+    shipped = chain_path("deepseek_v3_tp4")
+    timings = tmp_path / "t.json"
+    recorded = record(shipped, timings)
+    assert {c["section"] for c in json.loads(timings.read_text())["candidates"]} == {
+        "low_latency",
+        "wide",
+        "cute_dsl",
+    }
+    out = tmp_path / "pins.toml"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FI_PATCHES_")}
+    done = subprocess.run(
+        [sys.executable, "-c", OFF_GPU, str(out), str(timings)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"wrote {out}" in done.stdout
+    sidecar = json.loads(out.with_suffix(".provenance.json").read_text())
+    assert sidecar["buckets"] == [r.to_json() for r in recorded]  # the same run, replayed
 
 
 def test_bad_inputs_exit_1_naming_the_file_and_field(both, chain, tmp_path, capsys):

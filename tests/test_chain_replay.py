@@ -52,8 +52,49 @@ def test_a_trial_not_recorded_is_named(tmp_path):
     tune([(bucket(8), slots(op("a", TACTICS[:2])))], recorder, SETTINGS)
     path = tmp_path / "t.json"
     recorder.save(path, device="sm_103", flashinfer="0.7.4")
+    data = json.loads(path.read_text())
+    del data["candidates"]  # as recorded before candidates were: the op lists its own
+    path.write_text(json.dumps(data))
     with pytest.raises(ReplayError, match=r"has no measurement of a \[256, 4, 1, 1\] at 8 rows"):
         tune([(bucket(8), slots(op("a", TACTICS)))], ReplayTimer(path), SETTINGS)
+
+
+class Unlisted:
+    """A runner that cannot list its tactics here (as the cute-dsl runner off the GPU)."""
+
+    def get_valid_tactics(self, inputs, profile):
+        raise AssertionError("Torch not compiled with CUDA enabled")
+
+
+def test_a_replay_offers_the_recorded_candidates_and_never_asks_the_runner(tmp_path):
+    from fi_patches.chain.ops import RunnerOp
+
+    recorder = RecordingTimer(CostTimer(additive(COSTS, AFTER), noise=0.02, seed=7))
+    recorded = tune(plan(), recorder, SETTINGS)
+    path = tmp_path / "timings.json"
+    recorder.save(path, device="sm_103", flashinfer="0.7.4")
+    assert json.loads(path.read_text())["candidates"] == [
+        {"op": name, "section": None, "rows": 8, "tactics": [list(t) for t in TACTICS]}
+        for name in ("a", "b")
+    ]
+    unlisted = [(bucket(8), slots(*(RunnerOp(n, Unlisted(), lambda rows: None) for n in "ab")))]
+    replayed = tune(unlisted, ReplayTimer(path), SETTINGS)
+    assert [r.to_json() for r in replayed] == [r.to_json() for r in recorded]
+
+    data = json.loads(path.read_text())
+    data["candidates"] = data["candidates"][:1]
+    path.write_text(json.dumps(data))
+    with pytest.raises(ReplayError, match=r"has no candidates of .* \(op 'b'\) at 8 rows; record"):
+        tune(unlisted, ReplayTimer(path), SETTINGS)
+    del data["candidates"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(
+        ReplayError,
+        match=r"records no candidates \(the tactics each op offers; tune --save-timings records "
+        r"them\), and .* \(op 'a'\) cannot list its own at 8 rows here \(AssertionError: Torch "
+        r"not compiled with CUDA enabled\); record the timings again with tune --save-timings$",
+    ):
+        tune(unlisted, ReplayTimer(path), SETTINGS)
 
 
 def write(tmp_path, **data):
@@ -84,6 +125,24 @@ def write(tmp_path, **data):
         (
             {"trials": [{"rows": 1, "ops": ["a"], "tactics": [1], "samples_us": [-1]}]},
             "trials #1: samples_us = [-1]: must be a non-empty list of non-negative numbers",
+        ),
+        ({"candidates": {}}, "candidates = {}: must be a list"),
+        ({"candidates": [[]]}, "candidates #1: must be a table"),
+        (
+            {"candidates": [{"op": "", "section": None, "rows": 1, "tactics": []}]},
+            "candidates #1: op = '': must be an op name",
+        ),
+        (
+            {"candidates": [{"op": "a", "section": 3, "rows": 1, "tactics": []}]},
+            "candidates #1: section = 3: must be a section name or null",
+        ),
+        (
+            {"candidates": [{"op": "a", "section": "wide", "rows": True, "tactics": []}]},
+            "candidates #1: rows = True: must be a positive integer",
+        ),
+        (
+            {"candidates": [{"op": "a", "section": "wide", "rows": 16, "tactics": None}]},
+            "candidates #1: tactics = None: must be a list of tactics",
         ),
     ],
 )

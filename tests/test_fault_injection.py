@@ -4,15 +4,13 @@ fi_patches itself never raises (FAULT INJECTION: a fake FlashInfer in a temp dir
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from fi_patches.features import feature
 from tests.fake_flashinfer import run_fi_patches, write_fake
+from tests.isolated_site import isolated_site, run_cli
 
 
 def doctor(tmp_path: Path, fault: str, version: str = "0.7.4", **env: str) -> dict:
@@ -125,29 +123,9 @@ def test_an_unverified_release_with_a_broken_internal_stays_disabled_when_allowe
     assert "autotune_tactics is missing" in record["reason"]
 
 
-def _isolated_site(root: Path, packages: list[str]) -> Path:
-    """A directory holding only ``packages`` (links to the installed ones): no FlashInfer, no torch."""
-    import importlib.util
-
-    site = root / "site"
-    site.mkdir(parents=True)
-    for name in packages:
-        spec = importlib.util.find_spec(name)
-        assert spec is not None and spec.submodule_search_locations
-        os.symlink(next(iter(spec.submodule_search_locations)), site / name)
-    return site
-
-
 def test_without_flashinfer_fi_patches_imports_and_reports(tmp_path):
-    site = _isolated_site(tmp_path, ["fi_patches", "packaging"])
-    code = (
-        "import sys; sys.path[:] = [p for p in sys.path if 'site-packages' not in p]; "
-        f"sys.path.insert(0, {str(site)!r}); "
-        "import fi_patches.cli; raise SystemExit(fi_patches.cli.main(['doctor', '--json']))"
-    )
-    result = subprocess.run(
-        [sys.executable, "-I", "-c", code], capture_output=True, text=True, timeout=120, check=False
-    )
+    site = isolated_site(tmp_path, ["fi_patches", "packaging"])
+    result = run_cli(site, ["doctor", "--json"], tmp_path)
     assert result.returncode == 0, result.stderr
     records = {r["name"]: r for r in json.loads(result.stdout)}
     assert not records["pinned_ops"]["enabled"]

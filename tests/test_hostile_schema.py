@@ -22,11 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import tomllib
 from hypothesis import assume, given
 from hypothesis import strategies as st
 from packaging.specifiers import SpecifierSet
 
+from fi_patches import _toml
 from fi_patches.compat.device import normalize_arch
 from fi_patches.pins import PinTable, PinTableError
 from fi_patches.pins.files import MAX_FILE_BYTES
@@ -408,7 +408,7 @@ def reference_parse(body: bytes, suffix: str) -> Any:
     try:
         text_ = body.decode("utf-8-sig")
         if suffix == ".toml":
-            return tomllib.loads(text_)
+            return _toml.loads(text_)
         return json.loads(text_)
     except (ValueError, RecursionError):
         return None

@@ -139,11 +139,47 @@ def test_hooks_of_several_modules_share_one_finder_and_run_in_order(on_path):
 
 
 @pytest.mark.parametrize(
-    ("value", "expected"), [("1", True), ("yes", True), ("0", False), ("", False)]
+    ("value", "expected"),
+    [
+        *((v, True) for v in ("1", "true", "TRUE", "Yes", " on ")),
+        *((v, False) for v in ("0", "false", "False", "no", "OFF", "")),
+        ("maybe", None),
+    ],
 )
-def test_the_variable_is_read_as_the_pth_line_reads_it(value, expected):
-    assert startup.requested({startup.ENV: value}) is expected
-    assert "not in ('', '0')" in startup.PTH_LINE
+def test_the_pth_line_reads_the_variable_as_env_reads_every_boolean(value, expected, tmp_path):
+    """The shipped .pth, processed by ``site`` in a new interpreter: on for exactly the values
+    ``_env`` reads as on; a value that is not a boolean leaves it off with one warning."""
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    root = Path(__file__).resolve().parent.parent
+    (site_dir / startup.PTH_NAME).write_text((root / startup.PTH_NAME).read_text())
+    code = (
+        f"import site; site.addsitedir({str(site_dir)!r}); "
+        "from fi_patches import _env; from fi_patches.startup import pending; "
+        "print(pending(), _env.flag(_env.AUTO), _env.boolean(_env.AUTO))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FI_PATCHES_")}
+    env[startup.ENV] = value
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    on = bool(expected)
+    assert done.stdout.split() == [str(on), str(on), str(expected)]
+    assert startup.requested({startup.ENV: value}) is on
+    if expected is None:
+        assert done.stderr.splitlines() == [
+            "FI_PATCHES_AUTO='maybe' is not a boolean (1/true/yes/on for on, 0/false/no/off or "
+            "empty for off); using the default (off)"
+        ]
+    else:
+        assert done.stderr == ""
+
+
+def test_the_start_up_hook_spells_env_booleans():
+    from fi_patches import _env
+
+    assert (startup.TRUE_WORDS, startup.FALSE_WORDS) == (_env.TRUE_WORDS, _env.FALSE_WORDS)
 
 
 def test_the_shipped_pth_is_the_line_hook_install_writes():
@@ -276,3 +312,18 @@ def test_the_start_up_hook_reads_the_variable_the_settings_module_declares():
     from fi_patches import _env, startup
 
     assert _env.AUTO.name == startup.ENV
+
+
+def test_an_orphan_pth_is_silent_once_fi_patches_is_gone(editable_python, tmp_path):
+    """``hook install``, then the editable install removed (what ``pip uninstall`` leaves):
+    every later interpreter with ``FI_PATCHES_AUTO=1`` starts silently."""
+    install = _run(editable_python, ["-m", "fi_patches", "hook", "install"], tmp_path)
+    assert install.returncode == 0, install.stderr
+    site_dir = next(editable_python.parent.parent.glob("lib/python*/site-packages"))
+    assert (site_dir / startup.PTH_NAME).is_file()
+    (site_dir / "00-replay.pth").unlink()  # the editable install's finder: fi_patches is gone
+    gone = _run(editable_python, ["-c", "import fi_patches"], tmp_path)
+    assert gone.returncode == 1 and "No module named 'fi_patches'" in gone.stderr
+    for value in ("1", "maybe"):
+        started = _run(editable_python, ["-c", "print('started')"], tmp_path, FI_PATCHES_AUTO=value)
+        assert (started.returncode, started.stdout, started.stderr) == (0, "started\n", "")

@@ -8,7 +8,7 @@ import logging
 
 import pytest
 
-from fi_patches.vllm.settings import SettingError, Settings, read
+from fi_patches.vllm.settings import Settings, read
 
 
 @pytest.mark.parametrize(
@@ -51,10 +51,28 @@ def test_settings(env, expected):
     assert read(env) == expected
 
 
-@pytest.mark.parametrize("name", ["FI_PATCHES_VLLM", "FI_PATCHES_VLLM_ROUTE"])
-def test_a_bad_switch_names_the_variable_and_value(name):
-    with pytest.raises(SettingError, match=f"^{name}='maybe' is not 1 or 0$"):
-        read({name: "maybe"})
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        (
+            {"FI_PATCHES_VLLM": "sometimes", "FI_PATCHES_PINS": "p.toml"},
+            Settings(True, False, "FI_PATCHES_PINS is set"),
+        ),
+        (
+            {"FI_PATCHES_VLLM": "1", "FI_PATCHES_VLLM_ROUTE": "perhaps"},
+            Settings(True, False, "FI_PATCHES_VLLM=1"),
+        ),
+    ],
+)
+def test_a_switch_that_is_not_a_boolean_counts_as_unset_with_one_warning(env, expected, caplog):
+    with caplog.at_level(logging.WARNING, logger="fi_patches.env"):
+        assert read(env) == expected
+        assert read(env) == expected
+    name, value = next((n, v) for n, v in env.items() if v not in ("1", "p.toml"))
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{name}={value!r} is not a boolean (1/true/yes/on for on, 0/false/no/off or empty for "
+        "off); using the default (unset)"
+    ]
 
 
 def test_the_plugin_answers_bad_settings_with_one_error_line_and_no_change(
@@ -67,8 +85,8 @@ def test_the_plugin_answers_bad_settings_with_one_error_line_and_no_change(
     before = activation.outcome()
     monkeypatch.setenv("FI_PATCHES_VLLM", "maybe")
     assert plugin._activate() == (
-        logging.ERROR,
-        "left vLLM and FlashInfer stock: FI_PATCHES_VLLM='maybe' is not 1 or 0",
+        logging.DEBUG,
+        "off (none of FI_PATCHES_PINS, FI_PATCHES_VLLM=1 or FI_PATCHES_VLLM_ROUTE=1 is set)",
     )
     monkeypatch.setenv("FI_PATCHES_VLLM", "1")
     monkeypatch.setenv("FI_PATCHES_PINS", str(tmp_path / "missing.toml"))

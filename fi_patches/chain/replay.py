@@ -1,12 +1,16 @@
 """Recorded measurements: a :class:`RecordingTimer` saves every sample another timer takes, and
 a :class:`ReplayTimer` selects from such a file with no GPU (``tune --timings FILE``).
 
-The file is JSON: ``format``, the ``device`` and ``flashinfer`` release measured on, and one
+The file is JSON: ``format``, the ``device`` and ``flashinfer`` release measured on, one
 entry per prepared trial, in order: ``rows``, ``ops`` (names in launch order), ``tactics`` and
-``samples_us``. Replaying hands each trial's entries out in recorded order, so replaying a
-file with the chain and settings it was recorded with reproduces that run; a trial prepared
-more often than recorded starts over at its first entry, and a sample asked for beyond an
-entry's samples starts over at its first sample.
+``samples_us``, and the ``candidates`` each op offered: ``op``, ``section`` (null for an op
+outside the pin table's sections), ``rows`` and ``tactics`` in the runner's order. Replaying
+hands each trial's entries out in recorded order, so replaying a file with the chain and
+settings it was recorded with reproduces that run; a trial prepared more often than recorded
+starts over at its first entry, and a sample asked for beyond an entry's samples starts over at
+its first sample. The ops offer the recorded candidates, so a replay never asks a runner (some
+need the device to list their tactics); a file without ``candidates`` (recorded before they
+were) lets the runners list them, where they can.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from fi_patches.chain.errors import ReplayError
+from fi_patches.chain.ops import Op
 from fi_patches.chain.timing import Timed, Timer, Trial
 from fi_patches.pins.errors import PinTableError
 from fi_patches.pins.files import read_data_file
@@ -67,6 +72,19 @@ class ReplayTimer:
             trial, samples = _entry(path, position, entry)
             self._entries.setdefault(trial.key(), []).append(samples)
         self._used: dict[str, int] = {}
+        listed = data.get("candidates")
+        if listed is not None and not isinstance(listed, list):
+            raise ReplayError(f"{path}: candidates = {listed!r}: must be a list")
+        self.candidates: dict[_Listing, list[Any]] | None = (
+            None
+            if listed is None
+            else dict(_candidates(path, i, entry) for i, entry in enumerate(listed, start=1))
+        )
+        """Each op's recorded tactics per section and rows; None: the file records none."""
+
+    def listing(self, op: Op) -> Op:
+        """``op``, offering the recorded candidates instead of asking its runner."""
+        return _ReplayedOp(op, self)
 
     def describe(self) -> str:
         made = f" ({self.recorded_with})" if self.recorded_with else ""
@@ -86,6 +104,92 @@ class ReplayTimer:
         used = self._used.get(key, 0)
         self._used[key] = used + 1
         return _Samples(batches[used % len(batches)])
+
+
+_Listing = tuple[str, "str | None", int]
+"""What a candidate list is recorded for: the op's name, its section and the rows."""
+
+
+def _listing_of(op: Op, rows: int) -> _Listing:
+    section = getattr(op, "section", None)
+    return (op.name, section if isinstance(section, str) else None, rows)
+
+
+class _ListingOp:
+    """An op of the chain whose ``tactics`` a timer answers or watches; everything else is the
+    op's own."""
+
+    def __init__(self, op: Op) -> None:
+        self.op = op
+        self.name = op.name
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.op, name)
+
+    def __repr__(self) -> str:
+        return repr(self.op)
+
+    def inputs(self, rows: int) -> Any:
+        return self.op.inputs(rows)
+
+    def launch(self, inputs: Any, tactic: Any) -> None:
+        self.op.launch(inputs, tactic)
+
+
+class _ReplayedOp(_ListingOp):
+    def __init__(self, op: Op, replay: ReplayTimer) -> None:
+        super().__init__(op)
+        self.replay = replay
+
+    def tactics(self, rows: int) -> list[Any]:
+        recorded = self.replay.candidates
+        if recorded is None:
+            try:
+                return self.op.tactics(rows)
+            except Exception as exc:
+                raise ReplayError(
+                    f"{self.replay.path} records no candidates (the tactics each op offers; "
+                    f"tune --save-timings records them), and {self.op!r} (op {self.name!r}) "
+                    f"cannot list its own at {rows} rows here ({type(exc).__name__}: {exc}); "
+                    "record the timings again with tune --save-timings"
+                ) from exc
+        listing = _listing_of(self.op, rows)
+        if listing not in recorded:
+            raise ReplayError(
+                f"{self.replay.path} has no candidates of {self.op!r} (op {self.name!r}) at "
+                f"{rows} rows; record it with tune --save-timings on the same chain and settings"
+            )
+        return list(recorded[listing])
+
+
+class _RecordedOp(_ListingOp):
+    def __init__(self, op: Op, recorder: RecordingTimer) -> None:
+        super().__init__(op)
+        self.recorder = recorder
+
+    def tactics(self, rows: int) -> list[Any]:
+        offered = list(self.op.tactics(rows))
+        self.recorder.candidates.setdefault(_listing_of(self.op, rows), offered)
+        return offered
+
+
+def _candidates(
+    path: str | os.PathLike[str], position: int, entry: Any
+) -> tuple[_Listing, list[Any]]:
+    where = f"{path}: candidates #{position}"
+    if not isinstance(entry, dict):
+        raise ReplayError(f"{where}: must be a table")
+    name, section = entry.get("op"), entry.get("section")
+    rows, tactics = entry.get("rows"), entry.get("tactics")
+    if not isinstance(name, str) or not name:
+        raise ReplayError(f"{where}: op = {name!r}: must be an op name")
+    if section is not None and not isinstance(section, str):
+        raise ReplayError(f"{where}: section = {section!r}: must be a section name or null")
+    if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
+        raise ReplayError(f"{where}: rows = {rows!r}: must be a positive integer")
+    if not isinstance(tactics, list):
+        raise ReplayError(f"{where}: tactics = {tactics!r}: must be a list of tactics")
+    return (name, section, rows), [as_tactic(t) for t in tactics]
 
 
 def _text(path: str | os.PathLike[str], data: dict[str, Any], name: str) -> str:
@@ -141,6 +245,13 @@ class RecordingTimer:
     def __init__(self, inner: Timer) -> None:
         self.inner = inner
         self.trials: list[dict[str, Any]] = []
+        self.candidates: dict[_Listing, list[Any]] = {}
+
+    def listing(self, op: Op) -> Op:
+        """``op`` as the inner timer lists it (a replay's recorded candidates, else the op's
+        own), keeping what it offered for :meth:`save`."""
+        inner = getattr(self.inner, "listing", None)
+        return _RecordedOp(inner(op) if callable(inner) else op, self)
 
     def describe(self) -> str:
         describe = getattr(self.inner, "describe", None)
@@ -163,5 +274,9 @@ class RecordingTimer:
             "flashinfer": flashinfer,
             "timer": self.describe(),
             "trials": [t for t in self.trials if t["samples_us"]],
+            "candidates": [
+                {"op": name, "section": section, "rows": rows, "tactics": tactic_json(tactics)}
+                for (name, section, rows), tactics in self.candidates.items()
+            ],
         }
         Path(path).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")

@@ -11,7 +11,7 @@ again. ``isolated=True`` instead times each coordinate's ops alone, once.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fi_patches._logging import get_logger
@@ -242,7 +242,17 @@ def tune(
     isolated: bool = False,
     progress: Progress | None = None,
 ) -> list[BucketResult]:
-    """Choose a tactic per coordinate for each ``(bucket, slots)`` of ``plan``."""
+    """Choose a tactic per coordinate for each ``(bucket, slots)`` of ``plan``. A timer with a
+    ``listing(op)`` method answers or watches what each op offers (a replay offers the
+    recorded candidates, a recording keeps them)."""
+    listing = getattr(timer, "listing", None)
+    if callable(listing):
+        listed: dict[int, Any] = {}
+        for _, slots in plan:
+            for slot in slots:
+                if id(slot.op) not in listed:
+                    listed[id(slot.op)] = listing(slot.op)
+        plan = [(b, [replace(s, op=listed[id(s.op)]) for s in slots]) for b, slots in plan]
     counter = _Counter(progress)
     tuners = [_BucketTuner(b, slots, timer, settings, counter) for b, slots in plan]
     for tuner in tuners:

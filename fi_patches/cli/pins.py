@@ -74,6 +74,13 @@ def _bucket_of() -> Any:
         return None
 
 
+def _flashinfer_missing() -> str:
+    """Why FlashInfer gives no bucket map here, as the end of a sentence."""
+    from fi_patches.compat.installed import flashinfer_unusable
+
+    return flashinfer_unusable() or "FlashInfer here has no mm_mxfp8 tuning config"
+
+
 def run_record(args: argparse.Namespace) -> int:
     import json
 
@@ -81,7 +88,7 @@ def run_record(args: argparse.Namespace) -> int:
     from fi_patches.pins.diff import bucket_label
     from fi_patches.pins.errors import PinTableError
     from fi_patches.pins.merge import merge, provenance, runner_order
-    from fi_patches.pins.record import TunerCacheError, read_cache, to_table
+    from fi_patches.pins.record import TunerCacheError, read_cache, section_of, to_table
     from fi_patches.pins.toml_writer import dumps
 
     device, problem = _record_device(args.device)
@@ -150,6 +157,13 @@ def run_record(args: argparse.Namespace) -> int:
         if votes
         else f"all {keys} buckets agree"
     )
+    if bucket_of is None and any(section_of(e.key) for _, entries, _ in read for e in entries):
+        print(
+            f"pins record: note: {_flashinfer_missing()}, so the MXFP8 runners' entries are "
+            "written as [[pin]] entries; the [[low_latency]], [[cute_dsl]] and [[wide]] "
+            "sections need its tuner's row buckets",
+            file=sys.stderr,
+        )
     if args.out:
         Path(args.out).write_text(text, encoding="utf-8")
         counts = (
@@ -164,7 +178,13 @@ def run_record(args: argparse.Namespace) -> int:
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    from fi_patches.pins.diff import bucket_label, differing, read_choices, value_text
+    from fi_patches.pins.diff import (
+        NeedsBuckets,
+        bucket_label,
+        differing,
+        read_choices,
+        value_text,
+    )
     from fi_patches.pins.errors import PinTableError
     from fi_patches.pins.record import TunerCacheError
 
@@ -176,6 +196,9 @@ def run_diff(args: argparse.Namespace) -> int:
         choices = [read_choices(path, bucket_of) for path in args.inputs]
     except (TunerCacheError, PinTableError) as exc:
         print(f"pins diff: {exc}", file=sys.stderr)
+        return 2
+    except NeedsBuckets as exc:
+        print(f"pins diff: {exc}, and {_flashinfer_missing()}", file=sys.stderr)
         return 2
     diffs, total = differing(choices)
     if diffs:

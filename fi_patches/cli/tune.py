@@ -72,6 +72,9 @@ def run(args: argparse.Namespace) -> int:
         current = PinTable.from_file(args.pins) if args.pins else default_pins()
     except (ChainError, PinTableError) as exc:
         return _fail(str(exc), 1)
+    missing = _without_flashinfer()
+    if missing is not None:
+        return _fail(missing, 2)
     try:
         timer, device, version = _timer(args, spec)
     except ChainError as exc:
@@ -86,6 +89,21 @@ def run(args: argparse.Namespace) -> int:
 
 class _CannotTime(Exception):
     pass
+
+
+def _without_flashinfer() -> str | None:
+    """None where FlashInfer imports, else the line saying what of ``tune`` needs it: the
+    chain's buckets are its tuner's, and its runners are what the pins are for, even when
+    replaying ``--timings``."""
+    from fi_patches.compat.installed import flashinfer_unusable
+
+    why = flashinfer_unusable()
+    if why is None:
+        return None
+    return (
+        f"needs FlashInfer, and {why}: its tuner's row buckets and runners decide what a "
+        "chain's pins may be, with --timings too"
+    )
 
 
 def _timer(args: argparse.Namespace, spec: Any) -> tuple[Any, str, str]:

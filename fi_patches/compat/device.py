@@ -11,6 +11,7 @@ Features are gated on the arch *family* (``sm_103``); compiling keeps the suffix
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 
 from fi_patches import _env
@@ -93,6 +94,21 @@ def target_device(explicit: str | None = None, *, compiling: bool = False) -> De
         if dsl_arch:
             return _from_text(dsl_arch, "env", _env.CUTE_DSL_ARCH.name)
     return found
+
+
+def device_properties() -> str:
+    """What reading the current CUDA device's properties gives in this process: its SM count,
+    or the error (CPU-only torch). FlashInfer's cute-dsl runner reads them to list its tactics,
+    so a check of it that passed where they read says nothing where they do not. Torch is not
+    imported for this."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return "torch not imported"
+    try:
+        index = torch.cuda.current_device() if torch.cuda.is_available() else 0
+        return f"{torch.cuda.get_device_properties(index).multi_processor_count} SMs"
+    except Exception as exc:
+        return f"unreadable ({type(exc).__name__})"
 
 
 def current_device() -> Device:

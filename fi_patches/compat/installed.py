@@ -84,6 +84,16 @@ def installed_flashinfer(refresh: bool = False) -> Installed:
     return installed(FLASHINFER, refresh)
 
 
+def flashinfer_unusable() -> str | None:
+    """None where FlashInfer imports, else why not, as a clause for a CLI's one line."""
+    found = installed_flashinfer()
+    if not found.present:
+        return "FlashInfer (flashinfer-python) is not installed here"
+    if found.import_error is not None:
+        return f"FlashInfer does not import here ({found.import_error})"
+    return None
+
+
 def forget() -> None:
     """Probe every package again on next use."""
     with _lock:

@@ -35,6 +35,7 @@ from typing import Any
 
 from fi_patches import _env
 from fi_patches._logging import get_logger, log_once
+from fi_patches.compat.device import device_properties
 from fi_patches.internals.flashinfer import FLASHINFER
 from fi_patches.internals.vllm import VLLM
 
@@ -157,6 +158,7 @@ def key(
             "source": device.source,
             "detail": device.detail,
             "cuda_available": _cuda_available(),
+            "properties": device_properties(),
         },
         "probes": [[p.probe, p.reason] for p in probes],
         "sources": {module: _source(module) for module in modules},

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fi_patches._logging import get_logger, log_once
+from fi_patches.compat.device import current_device
 from fi_patches.compat.evaluate import status_of
 from fi_patches.cute_dsl.runner import cute_dsl_runner, workspace
 from fi_patches.cute_dsl.validity import why_not_runnable
@@ -35,10 +36,16 @@ _plans: weakref.WeakKeyDictionary[Any, dict[tuple[Any, ...], Plan]] = weakref.We
 _lock = threading.Lock()
 
 
-def _capability(device: Any) -> tuple[int, int]:
-    from fi_patches.internals import flashinfer as fi
+def _capability(device: Any) -> tuple[int, int] | None:
+    """The arch a problem on ``device`` runs on: a CUDA device's own (FlashInfer's reading),
+    else the target of fi_patches' device model (``FI_PATCHES_DEVICE`` off the GPU, as
+    ``doctor`` and ``pins check`` read it), or None when there is none."""
+    if getattr(device, "type", None) == "cuda":
+        from fi_patches.internals import flashinfer as fi
 
-    return fi.compute_capability(device)
+        return fi.compute_capability(device)
+    sm = current_device().sm_version
+    return None if sm is None else (sm // 10, sm % 10)
 
 
 def plan(
@@ -77,11 +84,15 @@ def plan_with(
         cached = _plans.setdefault(owner, {}).get(key)
     if cached is not None:
         return cached
-    major, minor = _capability(inputs[0].device)
-    runner = cute_dsl_runner(major, minor, out_dtype)
     where = f"{owner.source} [[cute_dsl]] #{entry.index}"
+    runner = None
     try:
-        problem = why_not_runnable(runner, inputs, entry.tactic)
+        capability = _capability(inputs[0].device)
+        if capability is None:
+            problem: str | None = f"there is no target device ({current_device().detail})"
+        else:
+            runner = cute_dsl_runner(*capability, out_dtype)
+            problem = why_not_runnable(runner, inputs, entry.tactic)
     except Exception as exc:
         problem = f"checking it raised {type(exc).__name__}: {exc}"
     if problem is None:

@@ -87,11 +87,23 @@ def _pin_keys(pin: TunerPin) -> list[TunerKey]:
     return keys
 
 
+class NeedsBuckets(ValueError):
+    """A table's row ranges must be split into FlashInfer's tuner buckets, and no bucket map is
+    at hand (FlashInfer is not installed); the message names the file and the sections."""
+
+
 def from_table(table: PinTable, bucket_of: Callable[[int], int] | None) -> Choices:
-    """The tactic per key of a pin table."""
+    """The tactic per key of a pin table; raises :class:`NeedsBuckets` for a table with
+    ``[[low_latency]]`` or ``[[cute_dsl]]`` entries when ``bucket_of`` is None."""
     found = Choices(pins=list(table.entries(PIN)))
+    bucketed = [s for s in ("low_latency", "cute_dsl") if table.entries(s)]
+    if bucketed and bucket_of is None:
+        raise NeedsBuckets(
+            f"{table.source}: comparing its {' and '.join(f'[[{s}]]' for s in bucketed)} "
+            "entries needs FlashInfer's tuner buckets"
+        )
     if bucket_of is not None:
-        for section in ("low_latency", "cute_dsl"):
+        for section in bucketed:
             for entry in table.entries(section):
                 buckets = {bucket_of(rows) for rows in range(entry.min_rows, entry.max_rows + 1)}
                 for bucket in sorted(buckets):

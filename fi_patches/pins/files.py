@@ -13,8 +13,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-import tomllib
-
+from fi_patches import _toml
 from fi_patches.pins.errors import PinProblem, PinTableError
 from fi_patches.pins.fields import OversizeInteger
 
@@ -106,8 +105,8 @@ def _decode(data: bytes, source: str) -> str:
 
 def _parse_toml(text: str, source: str) -> object:
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        return _toml.loads(text)
+    except _toml.TOMLDecodeError as exc:
         raise _refuse(source, "TOML", describe(exc).removeprefix("TOMLDecodeError: ")) from exc
     except RecursionError as exc:
         raise _refuse(source, "TOML", "nests too deeply to read") from exc

@@ -53,12 +53,9 @@ def _join_vllm_log() -> None:
 
 def _activate() -> tuple[int, str]:
     """Do what the settings ask; the level and text of the one line to log."""
-    from fi_patches.vllm.settings import SettingError, read
+    from fi_patches.vllm.settings import read
 
-    try:
-        settings = read()
-    except SettingError as exc:
-        return logging.ERROR, f"left vLLM and FlashInfer stock: {exc}"
+    settings = read()
     if not settings.active:
         return logging.DEBUG, f"off ({settings.why})"
     # The vllm_plugin feature's gates (as doctor evaluates them), without the compat layer's

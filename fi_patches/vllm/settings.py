@@ -16,13 +16,6 @@ PINS_ENV = _env.PINS.name
 VLLM_ENV = _env.VLLM.name
 ROUTE_ENV = _env.VLLM_ROUTE.name
 
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off", "")
-
-
-class SettingError(ValueError):
-    """An environment variable of the integration holds a value it does not understand."""
-
 
 @dataclass(frozen=True)
 class Settings:
@@ -33,24 +26,12 @@ class Settings:
     why: str
 
 
-def _flag(environ: Mapping[str, str], name: str) -> bool | None:
-    """True or False when ``name`` is set to a boolean, None when it is unset."""
-    if name not in environ:
-        return None
-    value = environ[name].strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise SettingError(f"{name}={environ[name]!r} is not 1 or 0")
-
-
 def read(environ: Mapping[str, str] | None = None) -> Settings:
-    """The settings in ``environ`` (``os.environ`` by default); raises :class:`SettingError`
-    naming the variable and its value when one is not understood."""
+    """The settings in ``environ`` (``os.environ`` by default). A switch that is not a boolean
+    counts as unset, with one warning (:func:`fi_patches._env.boolean`)."""
     env = _env.environ() if environ is None else environ
-    switch = _flag(env, VLLM_ENV)
-    route = bool(_flag(env, ROUTE_ENV))
+    switch = _env.boolean(_env.VLLM, env)
+    route = bool(_env.boolean(_env.VLLM_ROUTE, env))
     if switch is False:
         return Settings(False, False, f"{VLLM_ENV}={env[VLLM_ENV]} turns it off")
     if switch:
