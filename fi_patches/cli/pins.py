@@ -24,7 +24,8 @@ def register(commands: Any) -> None:
         action="append",
         required=True,
         metavar="CACHE",
-        help="v1 JSON file or v2 store directory; repeat to merge several (one per rank, or "
+        help="v1 JSON file, v2 store directory, or a vLLM or SGLang cache directory (its "
+        "files in their layout); repeat to merge several (one per rank, or "
         "several restarts): per bucket the majority wins, then the runner's enumerator order",
     )
     record.add_argument("--out", help="write the table here (.toml or .json); default: stdout")
@@ -33,7 +34,12 @@ def register(commands: Any) -> None:
     diff = verbs.add_parser(
         "diff", help="compare tuner caches or pin tables per bucket; exit 1 if any differ"
     )
-    diff.add_argument("inputs", nargs="+", metavar="CACHE_OR_TABLE", help="two or more")
+    diff.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="CACHE_OR_TABLE",
+        help="two or more; a vLLM or SGLang cache directory stands for its files",
+    )
     diff.set_defaults(run=run_diff)
     check = verbs.add_parser(
         "check", help="validate a pin table here; exit 1 if any entry is invalid"
@@ -77,19 +83,27 @@ def _bucket_of() -> Any:
 def run_record(args: argparse.Namespace) -> int:
     import json
 
+    from fi_patches._atomic import OutputError, check_output, write_all
+    from fi_patches.pins.files import PIN_SUFFIXES
     from fi_patches.compat.installed import installed_flashinfer
     from fi_patches.pins.diff import bucket_label
     from fi_patches.pins.errors import PinTableError
     from fi_patches.pins.merge import merge, provenance, runner_order
-    from fi_patches.pins.record import TunerCacheError, read_cache, to_table
+    from fi_patches.pins.record import TunerCacheError, expand_sources, read_cache, to_table
     from fi_patches.pins.toml_writer import dumps
 
+    if args.out:
+        try:
+            check_output(args.out, PIN_SUFFIXES)
+        except OutputError as exc:
+            print(f"pins record: --out {exc}", file=sys.stderr)
+            return 2
     device, problem = _record_device(args.device)
     if device is None:
         print(f"pins record: {problem}", file=sys.stderr)
         return 2
-    paths = list(dict.fromkeys(args.sources))
     try:
+        paths = expand_sources(args.sources)
         read = [(path, *read_cache(path)) for path in paths]
     except TunerCacheError as exc:
         print(f"pins record: {exc}", file=sys.stderr)
@@ -138,7 +152,7 @@ def run_record(args: argparse.Namespace) -> int:
         print(f"pins record: the recorded table is not valid here: {exc}", file=sys.stderr)
         return 1
     mapping = table.to_mapping()
-    as_json = str(args.out or "").endswith(".json")
+    as_json = Path(args.out or "").suffix.lower() == ".json"
     try:
         text = json.dumps(mapping, indent=2) + "\n" if as_json else dumps(mapping)
     except TypeError as exc:
@@ -151,7 +165,11 @@ def run_record(args: argparse.Namespace) -> int:
         else f"all {keys} buckets agree"
     )
     if args.out:
-        Path(args.out).write_text(text, encoding="utf-8")
+        try:
+            write_all([(args.out, text)])
+        except OutputError as exc:
+            print(f"pins record: --out {exc}", file=sys.stderr)
+            return 2
         counts = (
             ", ".join(f"{len(v)} {k}" for k, v in mapping.items() if k != "meta") or "no entries"
         )
@@ -166,21 +184,22 @@ def run_record(args: argparse.Namespace) -> int:
 def run_diff(args: argparse.Namespace) -> int:
     from fi_patches.pins.diff import bucket_label, differing, read_choices, value_text
     from fi_patches.pins.errors import PinTableError
-    from fi_patches.pins.record import TunerCacheError
+    from fi_patches.pins.record import TunerCacheError, expand_sources
 
-    if len(args.inputs) < 2:
-        print("pins diff: give two or more tuner caches or pin tables", file=sys.stderr)
-        return 2
     bucket_of = _bucket_of()
     try:
-        choices = [read_choices(path, bucket_of) for path in args.inputs]
+        inputs = expand_sources(args.inputs)
+        if len(inputs) < 2:
+            print("pins diff: give two or more tuner caches or pin tables", file=sys.stderr)
+            return 2
+        choices = [read_choices(path, bucket_of) for path in inputs]
     except (TunerCacheError, PinTableError) as exc:
         print(f"pins diff: {exc}", file=sys.stderr)
         return 2
     diffs, total = differing(choices)
     if diffs:
         rows = [(bucket_label(d.key, bucket_of), *(value_text(v) for v in d.values)) for d in diffs]
-        print(render(("bucket", *args.inputs), rows))
+        print(render(("bucket", *inputs), rows))
     print(f"{len(diffs)} of {total} buckets differ")
     return 1 if diffs else 0
 

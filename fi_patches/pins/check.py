@@ -8,6 +8,7 @@ from typing import Any
 
 from fi_patches.pins.schema import SECTIONS
 from fi_patches.pins.table import PinTable
+from fi_patches.pins.values import value_text
 
 OK, INVALID, UNCHECKED = "OK", "invalid", "unchecked"
 
@@ -65,19 +66,31 @@ def check_entries(table: PinTable) -> tuple[str | None, list[EntryCheck]]:
                 found = check_pins(table, thorough=True)
             for problem in found:
                 index = int(problem.where.rsplit("#", 1)[1])
-                text = f"{problem.field} = {problem.value!r}: {problem.message}"
+                text = f"{problem.field} = {value_text(problem.value)}: {problem.message}"
                 problems.setdefault(index, text)
         for entry in entries:
             shape, rows = _describe(name, entry)
-            tactic = entry.to_mapping()["tactic"]
+            tactic = value_text(entry.to_mapping()["tactic"])
             if unchecked is not None:
                 state, reason = UNCHECKED, unchecked
             elif entry.index in problems:
                 state, reason = INVALID, problems[entry.index]
             else:
-                state, reason = OK, ""
+                unreached = _unreached(name, entry)
+                state, reason = OK, f"warning: {unreached}" if unreached else ""
             results.append(EntryCheck(name, entry.index, shape, rows, tactic, state, reason))
     return meta_problem, results
+
+
+def _unreached(section: str, entry: Any) -> str | None:
+    """Why no route can use a valid entry (a dead pin), or None. Only ``[[wide]]`` tiles can
+    be dead: every low-latency range is served at <= 8 rows, and cute-dsl pins serve FlashInfer's
+    own tuner whatever the router does."""
+    if section != "wide":
+        return None
+    from fi_patches.mxfp8.routes import unreached_wide_tile
+
+    return unreached_wide_tile(entry.tile)
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,15 @@
 """Errors of pin tables: every problem names the file, the entry and the field with its value.
 
-Values come from untrusted files, so they are shown through :func:`safe_repr`: bounded in
-length and depth, and never formatting an integer past Python's int-to-str digit limit."""
+Values come from untrusted files, so they are shown through
+:func:`fi_patches.pins.values.value_text`: as the file spells them, bounded in length and depth,
+and never formatting an integer past Python's int-to-str digit limit."""
 
 from __future__ import annotations
 
 import reprlib
 from dataclasses import dataclass
+
+from fi_patches.pins.values import value_text
 
 MAX_SHOWN_PROBLEMS = 50
 """A :class:`PinTableError`'s message lists at most this many problems (``problems`` has all)."""
@@ -64,7 +67,7 @@ class PinProblem:
     def __str__(self) -> str:
         place = f"{self.source}: {self.where}"
         if self.field is not None:
-            place += f": {safe_name(self.field)} = {safe_repr(self.value)}"
+            place += f": {safe_name(self.field)} = {value_text(self.value)}"
         message = self.message
         if len(message) > MAX_MESSAGE:
             message = message[: MAX_MESSAGE - 3] + "..."
