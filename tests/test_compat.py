@@ -142,7 +142,7 @@ def test_status_reports_a_bad_pins_file(sm103, tmp_path, monkeypatch):
     monkeypatch.setenv("FI_PATCHES_PINS", str(path))
     record = {r.name: r for r in fi_patches.status()}["pinned_tactics"]
     assert (
-        record.pins == f"FI_PATCHES_PINS is invalid: {path}: [meta]: flashinfer = None: is required"
+        record.pins == f"FI_PATCHES_PINS is invalid: {path}: [meta]: flashinfer: is required"
     )
 
 

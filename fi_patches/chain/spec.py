@@ -15,7 +15,7 @@ from typing import Any
 
 from fi_patches.chain.errors import ChainSpecError
 from fi_patches.chain.routes import check_routes
-from fi_patches.pins.errors import PinProblem, PinTableError
+from fi_patches.pins.errors import LEFT_OUT, PinProblem, PinTableError
 from fi_patches.pins.fields import FieldReader
 from fi_patches.pins.files import read_data_file
 
@@ -127,7 +127,7 @@ class ChainSpec:
                         source,
                         "top level",
                         str(key),
-                        "...",
+                        LEFT_OUT,
                         "is not a known section (known: chain, bucket, op)",
                     )
                 )

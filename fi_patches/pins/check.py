@@ -66,8 +66,7 @@ def check_entries(table: PinTable) -> tuple[str | None, list[EntryCheck]]:
                 found = check_pins(table, thorough=True)
             for problem in found:
                 index = int(problem.where.rsplit("#", 1)[1])
-                text = f"{problem.field} = {value_text(problem.value)}: {problem.message}"
-                problems.setdefault(index, text)
+                problems.setdefault(index, problem.detail())
         for entry in entries:
             shape, rows = _describe(name, entry)
             tactic = value_text(entry.to_mapping()["tactic"])

@@ -54,6 +54,16 @@ def safe_name(name: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+class _LeftOut:
+    """The value of a field the file leaves out (its problem names the field alone)."""
+
+    def __repr__(self) -> str:
+        return "LEFT_OUT"
+
+
+LEFT_OUT = _LeftOut()
+
+
 @dataclass(frozen=True)
 class PinProblem:
     """One thing wrong with a pin table."""
@@ -65,13 +75,18 @@ class PinProblem:
     message: str
 
     def __str__(self) -> str:
-        place = f"{self.source}: {self.where}"
-        if self.field is not None:
-            place += f": {safe_name(self.field)} = {value_text(self.value)}"
+        return f"{self.source}: {self.where}: {self.detail()}"
+
+    def detail(self) -> str:
+        """The field, its value as the file spells it, and what is wrong with it."""
         message = self.message
         if len(message) > MAX_MESSAGE:
             message = message[: MAX_MESSAGE - 3] + "..."
-        return f"{place}: {message}"
+        if self.field is None:
+            return message
+        if self.value is LEFT_OUT:
+            return f"{safe_name(self.field)}: {message}"
+        return f"{safe_name(self.field)} = {value_text(self.value)}: {message}"
 
 
 class PinTableError(ValueError):
