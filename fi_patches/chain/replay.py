@@ -161,12 +161,15 @@ class RecordingTimer:
         Path(path).write_text(self.text(device=device, flashinfer=flashinfer), encoding="utf-8")
 
     def text(self, *, device: str, flashinfer: str) -> str:
-        """The timings file's content (what :meth:`save` writes)."""
-        data = {
+        """The timings file's content (what :meth:`save` writes): one trial per line."""
+        head = {
             "format": FORMAT,
             "device": device,
             "flashinfer": flashinfer,
             "timer": self.describe(),
-            "trials": [t for t in self.trials if t["samples_us"]],
         }
-        return json.dumps(data, indent=1) + "\n"
+        trials = [json.dumps(t, separators=(",", ":")) for t in self.trials if t["samples_us"]]
+        fields = [f" {json.dumps(k)}: {json.dumps(v)}" for k, v in head.items()]
+        listed = ",\n  ".join(trials)
+        body = f' "trials": [\n  {listed}\n ]' if trials else ' "trials": []'
+        return "{\n" + ",\n".join([*fields, body]) + "\n}\n"

@@ -89,7 +89,13 @@ def run_record(args: argparse.Namespace) -> int:
     from fi_patches.pins.diff import bucket_label
     from fi_patches.pins.errors import PinTableError
     from fi_patches.pins.merge import merge, provenance, runner_order
-    from fi_patches.pins.record import TunerCacheError, expand_sources, read_cache, to_table
+    from fi_patches.pins.record import (
+        TunerCacheError,
+        expand_sources,
+        is_fallback,
+        read_cache,
+        to_table,
+    )
     from fi_patches.pins.toml_writer import dumps
 
     if args.out:
@@ -158,6 +164,12 @@ def run_record(args: argparse.Namespace) -> int:
     except TypeError as exc:
         print(f"pins record: {exc} (--out FILE.json)", file=sys.stderr)
         return 2
+    fallback = sum(1 for _, tuned, _ in read for e in tuned if is_fallback(e.tactic))
+    skipped = (
+        f"; {fallback} cached winners were FlashInfer's default tactic (-1), left unpinned"
+        if fallback
+        else ""
+    )
     summary = (
         f"{keys - len(votes)} of {keys} buckets agree; {len(votes)} disagreed, decided "
         "by majority, then enumerator order (see [meta] note)"
@@ -173,11 +185,15 @@ def run_record(args: argparse.Namespace) -> int:
         counts = (
             ", ".join(f"{len(v)} {k}" for k, v in mapping.items() if k != "meta") or "no entries"
         )
-        print(f"wrote {args.out}: {counts}" + (f" ({summary})" if len(paths) > 1 else ""))
+        print(
+            f"wrote {args.out}: {counts}"
+            + (f" ({summary})" if len(paths) > 1 else "")
+            + skipped
+        )
     else:
         print(text, end="")
-        if len(paths) > 1:
-            print(f"pins record: {summary}", file=sys.stderr)
+        if len(paths) > 1 or skipped:
+            print(f"pins record: {summary}{skipped}", file=sys.stderr)
     return 0
 
 

@@ -384,6 +384,16 @@ def _section_entries(
             )
 
 
+FALLBACK = -1
+"""The tactic FlashInfer caches when its runner's default won: nothing to pin."""
+
+
+def is_fallback(tactic: Any) -> bool:
+    """Whether a cached winner is FlashInfer's default tactic (``-1``), which a table cannot
+    pin: :func:`to_table` leaves those keys out, and FlashInfer keeps its default there."""
+    return isinstance(tactic, int) and not isinstance(tactic, bool) and tactic == FALLBACK
+
+
 def to_table(
     entries: Iterable[Tuned],
     *,
@@ -394,12 +404,15 @@ def to_table(
     note: str = "",
 ) -> PinTable:
     """A validated pin table of ``entries`` chosen on ``device`` and FlashInfer's version;
-    ``source`` and ``note`` become the table's provenance (``[meta]`` source and note).
+    ``source`` and ``note`` become the table's provenance (``[meta]`` source and note). Keys
+    whose winner is FlashInfer's default (:func:`is_fallback`) are left out.
     ``bucket_of`` maps rows to ``mm_mxfp8``'s buckets (None where FlashInfer is absent: keys
     of the sections are then written as ``[[pin]]`` entries too)."""
     sectioned: list[tuple[SectionKey, Any]] = []
     generic: list[Tuned] = []
     for entry in entries:
+        if is_fallback(entry.tactic):
+            continue
         key = section_of(entry.key) if bucket_of is not None else None
         if key is None:
             generic.append(entry)
