@@ -195,7 +195,14 @@ def test_a_shipped_example_is_found_by_name_and_a_path_wins(tmp_path, monkeypatc
     assert shipped_examples() == ["deepseek_v3_tp4"]
     assert EXAMPLE.is_file() and EXAMPLE.parent.parent.name == "chain"
     monkeypatch.chdir(tmp_path)
-    Path("deepseek_v3_tp4").write_text("")
-    assert chain_path("deepseek_v3_tp4") == Path("deepseek_v3_tp4")  # the user's own file
+    assert chain_path("deepseek_v3_tp4") == EXAMPLE
+    Path("deepseek_v3_tp4.toml").write_text("")
+    assert chain_path("deepseek_v3_tp4") == Path("deepseek_v3_tp4.toml")  # the user's own file
     assert chain_path("x/deepseek_v3_tp4") == Path("x/deepseek_v3_tp4")  # a path stays a path
-    assert chain_path("nope") == Path("nope")  # named nothing: reported as unreadable
+    assert chain_path("nope.toml") == Path("nope.toml")  # reported as unreadable
+    with pytest.raises(ChainSpecError) as error:
+        chain_path("deepseek_v3")  # a typo: named with the examples there are
+    assert str(error.value).endswith(
+        "deepseek_v3: --chain: is no file, no deepseek_v3.toml here and no shipped example "
+        "(shipped: deepseek_v3_tp4)"
+    )
