@@ -358,7 +358,6 @@ WITHOUT = "wrapt"
 def _base_requirements() -> list[str]:
     """The names of the base dependencies ``pyproject.toml`` declares."""
     import tomllib
-
     from packaging.requirements import Requirement
 
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]

@@ -104,7 +104,7 @@ def test_defaults_and_settings():
         ),
         (
             {"tie_tolerance": "1%"},
-            "c.toml: [chain]: tie_tolerance = \"1%\": must be a number, not str",
+            'c.toml: [chain]: tie_tolerance = "1%": must be a number, not str',
         ),
         ({"cold_l2": 1}, "c.toml: [chain]: cold_l2 = 1: must be true or false, not int"),
         ({"max_passes": True}, "c.toml: [chain]: max_passes = true: must be an integer, not bool"),
@@ -129,10 +129,10 @@ def test_bad_ops_and_buckets_all_reported_at_once():
     assert "c.toml: [[op]] #1: n = 0: must be between 1 and 1048576" in found
     assert "c.toml: [[op]] #2: k = 2097152: must be between 1 and 1048576" in found
     assert (
-        "c.toml: [[op]] #2: runner = \"fast\": must be one of low_latency, wide, cute_dsl, mxfp8"
+        'c.toml: [[op]] #2: runner = "fast": must be one of low_latency, wide, cute_dsl, mxfp8'
         in found
     )
-    assert "c.toml: [[op]] #3: name = \"\": must not be empty" in found
+    assert 'c.toml: [[op]] #3: name = "": must not be empty' in found
     assert "c.toml: [[op]] #4: name: is required" in found
     assert any(f.startswith("c.toml: [[op]] #4: tile = 16: is not a known field") for f in found)
     assert "c.toml: [[bucket]] #1: min_rows = 8: must not exceed max_rows (5)" in found
@@ -147,7 +147,7 @@ def test_missing_sections_unknown_sections_and_duplicate_names():
     ]
     data = minimal()
     data["op"].append(dict(data["op"][0]))
-    assert problems(data) == ["c.toml: [[op]] #2: name = \"a\": is already the name of op #1"]
+    assert problems(data) == ['c.toml: [[op]] #2: name = "a": is already the name of op #1']
 
 
 def test_buckets_are_ascending_and_disjoint():

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from fi_patches.chain.output import sidecar_path
-
 from tests.chain_helpers import cpu_only
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -120,7 +119,13 @@ def test_tune_checks_every_output_before_it_times_anything(tmp_path):
     assert files_in(tmp_path) == before  # no pins.provenance.json beside it
     saved = tmp_path / "gone" / "t.json"
     result = cli(
-        "tune", "--chain", str(chain), "--out", str(tmp_path / "p.toml"), "--save-timings", str(saved)
+        "tune",
+        "--chain",
+        str(chain),
+        "--out",
+        str(tmp_path / "p.toml"),
+        "--save-timings",
+        str(saved),
     )
     assert result.returncode == 2
     one_line(result, str(saved))
@@ -134,7 +139,7 @@ def test_tune_writes_its_outputs_all_together_or_not_at_all(tmp_path):
     table = tmp_path / "pins.toml"
     sidecar_path(table).mkdir()
     before = files_in(tmp_path)
-    with pytest.raises(OutputError, match="pins.provenance.json: is a directory"):
+    with pytest.raises(OutputError, match=r"pins\.provenance\.json: is a directory"):
         write_all([(table, "x = 1\n"), (sidecar_path(table), "{}\n")])
     assert files_in(tmp_path) == before
     write_all([(tmp_path / "a.toml", "a = 1\n"), (tmp_path / "b.json", "{}\n")])

@@ -75,7 +75,7 @@ def test_a_misspelt_required_field_is_one_problem_with_a_suggestion():
 
 def test_a_misspelt_optional_field_and_a_stranger_are_reported_once_each():
     found = problems({"meta": {**META, "devise": "sm_103"}, "low_latency": [{**LOW, "colour": 1}]})
-    assert "pins.json: [meta]: devise = \"sm_103\": is not a known field; did you mean device?" in (
+    assert 'pins.json: [meta]: devise = "sm_103": is not a known field; did you mean device?' in (
         found
     )
     assert any(

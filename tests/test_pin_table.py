@@ -73,7 +73,7 @@ def test_missing_file_and_unknown_suffix(tmp_path):
 @pytest.mark.parametrize(
     ("fields", "expected"),
     [
-        ({"n": "7168"}, "[[low_latency]] #1: n = \"7168\": must be an integer, not str"),
+        ({"n": "7168"}, '[[low_latency]] #1: n = "7168": must be an integer, not str'),
         ({"k": True}, "[[low_latency]] #1: k = true: must be an integer, not bool"),
         ({"max_rows": 9}, "[[low_latency]] #1: max_rows = 9: must be between 1 and 8"),
         ({"min_rows": 0}, "[[low_latency]] #1: min_rows = 0: must be between 1 and 8"),
@@ -85,7 +85,7 @@ def test_missing_file_and_unknown_suffix(tmp_path):
             {"tactic": [128, 8, 1]},
             "[[low_latency]] #1: tactic = [128, 8, 1]: must be a list of 4 integers",
         ),
-        ({"tactic": [128, 8, 1, "1"]}, "tactic = [128, 8, 1, \"1\"]: must be a list of 4 integers"),
+        ({"tactic": [128, 8, 1, "1"]}, 'tactic = [128, 8, 1, "1"]: must be a list of 4 integers'),
         ({"split_k": 2}, "[[low_latency]] #1: split_k = 2: is not a known field"),
     ],
 )

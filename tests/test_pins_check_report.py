@@ -83,4 +83,7 @@ def test_tactics_and_values_read_as_in_the_file(pinning, tmp_path, capsys):
 )
 def test_values_in_messages_are_spelt_as_in_the_file(value, text):
     assert value_text(value) == text
-    assert str(PinProblem("f.toml", "[[wide]] #1", "n", value, "bad")) == f"f.toml: [[wide]] #1: n = {text}: bad"
+    assert (
+        str(PinProblem("f.toml", "[[wide]] #1", "n", value, "bad"))
+        == f"f.toml: [[wide]] #1: n = {text}: bad"
+    )

@@ -105,7 +105,9 @@ def _entry(path: str | os.PathLike[str], position: int, entry: Any) -> tuple[Tri
     if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
         raise ReplayError(f"{where}: rows = {value_text(rows)}: must be a positive integer")
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-        raise ReplayError(f"{where}: ops = {value_text(names)}: must be a non-empty list of op names")
+        raise ReplayError(
+            f"{where}: ops = {value_text(names)}: must be a non-empty list of op names"
+        )
     if not isinstance(tactics, list) or len(tactics) != len(names):
         raise ReplayError(f"{where}: tactics = {value_text(tactics)}: must list one tactic per op")
     if (
@@ -116,7 +118,8 @@ def _entry(path: str | os.PathLike[str], position: int, entry: Any) -> tuple[Tri
         )
     ):
         raise ReplayError(
-            f"{where}: samples_us = {value_text(samples)}: must be a non-empty list of non-negative numbers"
+            f"{where}: samples_us = {value_text(samples)}: "
+            "must be a non-empty list of non-negative numbers"
         )
     trial = Trial(rows, tuple(names), tuple(as_tactic(t) for t in tactics))
     return trial, [float(s) for s in samples]

@@ -84,10 +84,10 @@ def run_record(args: argparse.Namespace) -> int:
     import json
 
     from fi_patches._atomic import OutputError, check_output, write_all
-    from fi_patches.pins.files import PIN_SUFFIXES
     from fi_patches.compat.installed import installed_flashinfer
     from fi_patches.pins.diff import bucket_label
     from fi_patches.pins.errors import PinTableError
+    from fi_patches.pins.files import PIN_SUFFIXES
     from fi_patches.pins.merge import merge, provenance, runner_order
     from fi_patches.pins.record import (
         TunerCacheError,
@@ -185,11 +185,7 @@ def run_record(args: argparse.Namespace) -> int:
         counts = (
             ", ".join(f"{len(v)} {k}" for k, v in mapping.items() if k != "meta") or "no entries"
         )
-        print(
-            f"wrote {args.out}: {counts}"
-            + (f" ({summary})" if len(paths) > 1 else "")
-            + skipped
-        )
+        print(f"wrote {args.out}: {counts}" + (f" ({summary})" if len(paths) > 1 else "") + skipped)
     else:
         print(text, end="")
         if len(paths) > 1 or skipped:

@@ -9,6 +9,7 @@ from typing import Any
 
 from fi_patches.cli.table import render
 
+
 def register(commands: Any) -> None:
     parser = commands.add_parser(
         "tune", help="choose pins by timing tactics in the chain they run in"
@@ -58,15 +59,14 @@ def _command(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fi_patches._atomic import OutputError, check_output
     from fi_patches.chain.errors import ChainError
     from fi_patches.chain.output import sidecar_path
     from fi_patches.chain.spec import ChainSpec, chain_path
     from fi_patches.pins.default import default_pins
     from fi_patches.pins.errors import PinTableError
-    from fi_patches.pins.table import PinTable
-
-    from fi_patches._atomic import OutputError, check_output
     from fi_patches.pins.files import PIN_SUFFIXES
+    from fi_patches.pins.table import PinTable
 
     try:
         outputs = [check_output(args.out, PIN_SUFFIXES)]

@@ -214,7 +214,9 @@ def expand_sources(paths: Sequence[str]) -> list[str]:
             continue
         found = layout_files(location)
         if not found:
-            raise TunerCacheError(f"{path} is a directory holding no tuner cache: expected {LAYOUTS}")
+            raise TunerCacheError(
+                f"{path} is a directory holding no tuner cache: expected {LAYOUTS}"
+            )
         expanded += [str(f) for f in found]
     return list(dict.fromkeys(expanded))
 

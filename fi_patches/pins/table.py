@@ -106,7 +106,11 @@ class PinTable:
                 hint = f"; did you mean {close[0]}?" if close else f" (known: {', '.join(known)})"
                 problems.append(
                     PinProblem(
-                        source, "top level", safe_name(key), LEFT_OUT, f"is not a known section{hint}"
+                        source,
+                        "top level",
+                        safe_name(key),
+                        LEFT_OUT,
+                        f"is not a known section{hint}",
                     )
                 )
         for key in getattr(data, "keyed_twice", ()):
