@@ -29,7 +29,10 @@ def register(commands: Any) -> None:
         "several restarts): per bucket the majority wins, then the runner's enumerator order",
     )
     record.add_argument("--out", help="write the table here (.toml or .json); default: stdout")
-    record.add_argument("--device", help="the arch the caches were tuned on (default: this one)")
+    record.add_argument(
+        "--device",
+        help="the arch the caches were tuned on (default: FI_PATCHES_DEVICE, else this GPU's)",
+    )
     record.set_defaults(run=run_record)
     diff = verbs.add_parser(
         "diff", help="compare tuner caches or pin tables per bucket; exit 1 if any differ"

@@ -14,7 +14,9 @@ from typing import Any
 
 def register(commands: Any) -> None:
     parser = commands.add_parser(
-        "validate", help="check pinned kernels on this GPU (sm_100/sm_103) and report"
+        "validate",
+        help="check pinned kernels on this GPU (sm_100/sm_103) and report; exit 1 if a check "
+        "failed, 3 if one could not run",
     )
     parser.add_argument("--pins", help="the pin table (default: the default pin table)")
     parser.add_argument(
