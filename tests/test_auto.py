@@ -291,10 +291,10 @@ def test_with_the_variable_the_hook_imports_nothing_heavy_until_flashinfer(
         "import sys; heavy = ('wrapt', 'asyncio', 'importlib.metadata', 'torch', 'flashinfer', "
         "'fi_patches.activation', 'fi_patches.compat'); "
         "print(sorted(m for m in sys.modules if m.startswith(heavy))); "
-        "print([type(f).__name__ for f in sys.meta_path if type(f).__module__ == 'fi_patches.startup']); "
+        "print([type(f).__name__ for f in sys.meta_path if type(f).__module__ == 'fi_patches._import_hooks']); "
         "import flashinfer; "
-        "print([type(f).__name__ for f in sys.meta_path if type(f).__module__ == 'fi_patches.startup']); "
-        "print(type(flashinfer.__loader__).__module__ != 'fi_patches.startup', flashinfer.__spec__.loader is flashinfer.__loader__, "
+        "print([type(f).__name__ for f in sys.meta_path if type(f).__module__ == 'fi_patches._import_hooks']); "
+        "print(type(flashinfer.__loader__).__module__ != 'fi_patches._import_hooks', flashinfer.__spec__.loader is flashinfer.__loader__, "
         "'wrapt' in sys.modules)"
     )
     result = run(installed_python, ["python", "-c", code], tmp_path, FI_PATCHES_AUTO="1")
@@ -331,7 +331,7 @@ def test_the_wheel_ships_its_data_files(installed_python):
     assert any(n.startswith("fi_patches/examples/tuner_store/v2/") for n in shipped)
 
 
-def test_the_wheel_ships_the_license_and_needs_only_wrapt_and_packaging(installed_python):
+def test_the_wheel_ships_the_license_and_needs_only_packaging(installed_python):
     with zipfile.ZipFile(_wheel(installed_python)) as wheel:
         names = wheel.namelist()
         licenses = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
@@ -348,7 +348,7 @@ def test_the_wheel_ships_the_license_and_needs_only_wrapt_and_packaging(installe
         for line in lines
         if line.startswith("Requires-Dist:") and "extra ==" not in line
     )
-    assert base == ["packaging>=23", "wrapt>=1.14"]
+    assert base == ["packaging>=23"]
 
 
 WITHOUT = "wrapt"
