@@ -145,7 +145,7 @@ def test_flashinfer_star_or_empty_means_any_release(tmp_path, any_release):
     assert table.low_latency_tactic(7168, 1536, 8) == (128, 8, 1, 1)
     refused = problems({"meta": {"device": "*", "flashinfer": "**"}})
     assert refused == [
-        "<test>: [meta]: flashinfer = '**': '**' is not a version specifier such as "
+        "<test>: [meta]: flashinfer = \"**\": '**' is not a version specifier such as "
         "'>=0.7.0,<=0.7.4', or '*' for any release"
     ]
 
