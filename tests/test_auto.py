@@ -320,6 +320,15 @@ def test_the_wheel_ships_its_data_files(installed_python):
         example = wheel.read("fi_patches/chain/examples/deepseek_v3_tp4.toml").decode()
     assert "fi_patches/py.typed" in names
     assert example == (EXAMPLES / "deepseek_v3_tp4.toml").read_text()
+    from fi_patches.examples import ROOT as SHIPPED
+
+    shipped = {
+        f"fi_patches/examples/{p.relative_to(SHIPPED).as_posix()}"
+        for p in SHIPPED.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+    assert shipped <= names  # the walkthrough's inputs, the v2 store's entries included
+    assert any(n.startswith("fi_patches/examples/tuner_store/v2/") for n in shipped)
 
 
 def test_the_wheel_ships_the_license_and_needs_only_packaging_and_tomli_before_3_11(
@@ -344,11 +353,41 @@ def test_the_wheel_ships_the_license_and_needs_only_packaging_and_tomli_before_3
     assert base == ["packaging>=23", 'tomli>=1.1; python_version < "3.11"']
 
 
+WITHOUT = "wrapt"
+"""A pure-Python dependency the serving host lacks (whether or not fi_patches declares it)."""
+
+
+def _base_requirements() -> list[str]:
+    """The names of the base dependencies ``pyproject.toml`` declares."""
+    import tomllib
+    from packaging.requirements import Requirement
+
+    declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    return sorted(Requirement(text).name for text in declared)
+
+
+def _metadata_wheel(folder: Path, name: str, version: str) -> None:
+    """A wheel holding only ``name``'s metadata: what pip's resolver reads in a dry run (the
+    package index is not reachable from the tests)."""
+    dist = f"{name}-{version}.dist-info"
+    files = {
+        f"{dist}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{dist}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    files[f"{dist}/RECORD"] = "".join(f"{n},,\n" for n in files) + f"{dist}/RECORD,,\n"
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as wheel:
+        for member, text in files.items():
+            wheel.writestr(member, text)
+
+
 def test_installing_the_wheel_on_a_serving_host_keeps_its_torch_and_flashinfer(
     installed_python, tmp_path
 ):
-    """A host that has torch, FlashInfer and packaging (this test environment minus
-    fi_patches): pip's resolver, in a dry run, would install fi_patches alone."""
+    """A host that has torch, FlashInfer and packaging but not wrapt (this test environment
+    minus fi_patches and wrapt): pip's resolver, in a dry run, would install fi_patches and
+    exactly those of its declared base dependencies the host lacks."""
+    from importlib.metadata import version
+
     host_site = tmp_path / "host-site"
     host_site.mkdir()
     # Every site directory this environment sees (a compat-matrix cell sees its base's too).
@@ -359,6 +398,8 @@ def test_installing_the_wheel_on_a_serving_host_keeps_its_torch_and_flashinfer(
         for entry in Path(site_dir).iterdir():
             taken = (host_site / entry.name).exists()
             if taken or "fi_patches" in entry.name or entry.name.startswith("__editable__"):
+                continue
+            if entry.name == WITHOUT or entry.name.startswith(f"{WITHOUT}-"):
                 continue
             (host_site / entry.name).symlink_to(entry)
     venv = tmp_path / "host"
@@ -371,18 +412,33 @@ def test_installing_the_wheel_on_a_serving_host_keeps_its_torch_and_flashinfer(
         check=True,
     ).stdout.strip()
     (Path(purelib) / "00-host.pth").write_text(f"{host_site}\n")
+    lacking = subprocess.run(
+        [str(python), "-c", f"import importlib.util as u; print(u.find_spec({WITHOUT!r}))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert lacking == "None"  # the host really lacks it
+    index = tmp_path / "index"
+    index.mkdir()
+    (index / _wheel(installed_python).name).symlink_to(_wheel(installed_python))
+    declared = _base_requirements()
+    host_has = {entry.name.split("-")[0].lower() for entry in host_site.glob("*.dist-info")}
+    missing = [name for name in declared if name.lower().replace("-", "_") not in host_has]
+    for name in missing:
+        _metadata_wheel(index, name, version(name))
     report = tmp_path / "report.json"
-    wheels = _wheel(installed_python).parent
     pip = [sys.executable, "-m", "pip", "--python", str(python), "install", "--dry-run"]
     dry_run = subprocess.run(
-        [*pip, "--no-index", "--find-links", str(wheels), "--report", str(report), "fi_patches"],
+        [*pip, "--no-index", "--find-links", str(index), "--report", str(report), "fi_patches"],
         capture_output=True,
         text=True,
         check=False,
     )
     assert dry_run.returncode == 0, dry_run.stderr
-    would = [item["metadata"]["name"] for item in json.loads(report.read_text())["install"]]
-    assert would == ["fi_patches"], dry_run.stdout
+    would = sorted(item["metadata"]["name"] for item in json.loads(report.read_text())["install"])
+    assert would == sorted(["fi_patches", *missing]), dry_run.stdout
+    assert (WITHOUT in missing) == (WITHOUT in declared)
 
 
 @pytest.mark.parametrize("problem", ["missing", "malformed"])

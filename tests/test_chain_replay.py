@@ -107,8 +107,8 @@ def write(tmp_path, **data):
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"format": "v0"}, "format = 'v0': must be 'fi_patches.chain.timings/1'"),
-        ({"device": ""}, "device = '': must be a non-empty string"),
+        ({"format": "v0"}, 'format = "v0": must be "fi_patches.chain.timings/1"'),
+        ({"device": ""}, 'device = "": must be a non-empty string'),
         ({"trials": {}}, "trials = {}: must be a list"),
         (
             {"trials": [{"rows": 0, "ops": ["a"], "tactics": [1], "samples_us": [1]}]},

@@ -104,10 +104,10 @@ def test_defaults_and_settings():
         ),
         (
             {"tie_tolerance": "1%"},
-            "c.toml: [chain]: tie_tolerance = '1%': must be a number, not str",
+            'c.toml: [chain]: tie_tolerance = "1%": must be a number, not str',
         ),
         ({"cold_l2": 1}, "c.toml: [chain]: cold_l2 = 1: must be true or false, not int"),
-        ({"max_passes": True}, "c.toml: [chain]: max_passes = True: must be an integer, not bool"),
+        ({"max_passes": True}, "c.toml: [chain]: max_passes = true: must be an integer, not bool"),
         ({"repeat": 3}, "c.toml: [chain]: repeat = 3: is not a known field"),
     ],
 )
@@ -129,11 +129,11 @@ def test_bad_ops_and_buckets_all_reported_at_once():
     assert "c.toml: [[op]] #1: n = 0: must be between 1 and 1048576" in found
     assert "c.toml: [[op]] #2: k = 2097152: must be between 1 and 1048576" in found
     assert (
-        "c.toml: [[op]] #2: runner = 'fast': must be one of low_latency, wide, cute_dsl, mxfp8"
+        'c.toml: [[op]] #2: runner = "fast": must be one of low_latency, wide, cute_dsl, mxfp8'
         in found
     )
-    assert "c.toml: [[op]] #3: name = '': must not be empty" in found
-    assert "c.toml: [[op]] #4: name = None: is required" in found
+    assert 'c.toml: [[op]] #3: name = "": must not be empty' in found
+    assert "c.toml: [[op]] #4: name: is required" in found
     assert any(f.startswith("c.toml: [[op]] #4: tile = 16: is not a known field") for f in found)
     assert "c.toml: [[bucket]] #1: min_rows = 8: must not exceed max_rows (5)" in found
     assert "c.toml: [[bucket]] #2: rows = 5: must be within min_rows..max_rows (1..4)" in found
@@ -141,13 +141,13 @@ def test_bad_ops_and_buckets_all_reported_at_once():
 
 def test_missing_sections_unknown_sections_and_duplicate_names():
     assert problems({"op": [], "extra": 1}) == [
-        "c.toml: top level: extra = '...': is not a known section (known: chain, bucket, op)",
+        "c.toml: top level: extra: is not a known section (known: chain, bucket, op)",
         "c.toml: [[bucket]]: must be a non-empty array of tables",
         "c.toml: [[op]]: must be a non-empty array of tables",
     ]
     data = minimal()
     data["op"].append(dict(data["op"][0]))
-    assert problems(data) == ["c.toml: [[op]] #2: name = 'a': is already the name of op #1"]
+    assert problems(data) == ['c.toml: [[op]] #2: name = "a": is already the name of op #1']
 
 
 def test_buckets_are_ascending_and_disjoint():
@@ -195,7 +195,14 @@ def test_a_shipped_example_is_found_by_name_and_a_path_wins(tmp_path, monkeypatc
     assert shipped_examples() == ["deepseek_v3_tp4"]
     assert EXAMPLE.is_file() and EXAMPLE.parent.parent.name == "chain"
     monkeypatch.chdir(tmp_path)
-    Path("deepseek_v3_tp4").write_text("")
-    assert chain_path("deepseek_v3_tp4") == Path("deepseek_v3_tp4")  # the user's own file
+    assert chain_path("deepseek_v3_tp4") == EXAMPLE
+    Path("deepseek_v3_tp4.toml").write_text("")
+    assert chain_path("deepseek_v3_tp4") == Path("deepseek_v3_tp4.toml")  # the user's own file
     assert chain_path("x/deepseek_v3_tp4") == Path("x/deepseek_v3_tp4")  # a path stays a path
-    assert chain_path("nope") == Path("nope")  # named nothing: reported as unreadable
+    assert chain_path("nope.toml") == Path("nope.toml")  # reported as unreadable
+    with pytest.raises(ChainSpecError) as error:
+        chain_path("deepseek_v3")  # a typo: named with the examples there are
+    assert str(error.value).endswith(
+        "deepseek_v3: --chain: is no file, no deepseek_v3.toml here and no shipped example "
+        "(shipped: deepseek_v3_tp4)"
+    )

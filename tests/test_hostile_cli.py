@@ -27,7 +27,7 @@ ENTRY = f"[[low_latency]]\nn = {N}\nk = {K}\nmin_rows = 5\nmax_rows = 8\n"
 BAD_FILES: dict[str, tuple[bytes, str]] = {
     "null_meta.json": (
         b'{"meta": {"device": null, "flashinfer": ">=0.7.0"}}',
-        "[meta]: device = None: must be a string, not null",
+        "[meta]: device = null: must be a string, not null",
     ),
     "null_entry.json": (
         json.dumps(
@@ -38,7 +38,7 @@ BAD_FILES: dict[str, tuple[bytes, str]] = {
                 ],
             }
         ).encode(),
-        "[[low_latency]] #1: k = None: must be an integer, not null",
+        "[[low_latency]] #1: k = null: must be an integer, not null",
     ),
     "latin1.toml": (
         (META + 'note = "caf\xe9"\n').encode("latin-1"),

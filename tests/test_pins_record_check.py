@@ -230,4 +230,4 @@ def test_check_of_a_lockfile_finds_runners_and_ops_and_leaves_tactics_to_the_tun
 
     path.write_text(body.replace("CublasltBf16GemmRunner", "CublasltBf16GemmRunnerGone"))
     assert main(["pins", "check", str(path)]) == 1
-    assert "runner = 'CublasltBf16GemmRunnerGone': is not a runner class" in capsys.readouterr().out
+    assert 'runner = "CublasltBf16GemmRunnerGone": is not a runner class' in capsys.readouterr().out

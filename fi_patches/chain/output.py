@@ -111,13 +111,10 @@ def note(spec: ChainSpec, results: Sequence[BucketResult], sidecar: str | None) 
     return summary(spec.name, ops, results, spec.settings, sidecar)
 
 
-def write(table: PinTable, path: str | Path, record: dict[str, Any]) -> Path:
-    """Write ``table`` (``.toml`` or ``.json`` by suffix) and its provenance sidecar; returns
-    the sidecar's path."""
+def files(table: PinTable, path: str | Path, record: dict[str, Any]) -> list[tuple[Path, str]]:
+    """The table (``.toml`` or ``.json`` by suffix) and its provenance sidecar, as ``(path,
+    text)`` pairs for :func:`fi_patches._atomic.write_all`, the table first."""
     out = Path(path)
     mapping = table.to_mapping()
     text = json.dumps(mapping, indent=2) + "\n" if out.suffix == ".json" else dumps(mapping)
-    sidecar = sidecar_path(out)
-    sidecar.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    out.write_text(text, encoding="utf-8")
-    return sidecar
+    return [(out, text), (sidecar_path(out), json.dumps(record, indent=1) + "\n")]

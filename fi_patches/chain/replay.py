@@ -26,6 +26,7 @@ from fi_patches.chain.timing import Timed, Timer, Trial
 from fi_patches.pins.errors import PinTableError
 from fi_patches.pins.files import read_data_file
 from fi_patches.pins.keys import as_tactic, tactic_json
+from fi_patches.pins.values import value_text
 
 FORMAT = "fi_patches.chain.timings/1"
 
@@ -60,13 +61,13 @@ class ReplayTimer:
             raise ReplayError(exc.one_line()) from exc
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             found = data.get("format") if isinstance(data, dict) else type(data).__name__
-            raise ReplayError(f"{path}: format = {found!r}: must be {FORMAT!r}")
+            raise ReplayError(f"{path}: format = {value_text(found)}: must be {value_text(FORMAT)}")
         self.device = _text(path, data, "device")
         self.flashinfer = _text(path, data, "flashinfer")
         self.recorded_with = str(data.get("timer", ""))
         trials = data.get("trials")
         if not isinstance(trials, list):
-            raise ReplayError(f"{path}: trials = {trials!r}: must be a list")
+            raise ReplayError(f"{path}: trials = {value_text(trials)}: must be a list")
         self._entries: dict[str, list[list[float]]] = {}
         for position, entry in enumerate(trials, start=1):
             trial, samples = _entry(path, position, entry)
@@ -195,7 +196,7 @@ def _candidates(
 def _text(path: str | os.PathLike[str], data: dict[str, Any], name: str) -> str:
     value = data.get(name)
     if not isinstance(value, str) or not value:
-        raise ReplayError(f"{path}: {name} = {value!r}: must be a non-empty string")
+        raise ReplayError(f"{path}: {name} = {value_text(value)}: must be a non-empty string")
     return value
 
 
@@ -206,11 +207,13 @@ def _entry(path: str | os.PathLike[str], position: int, entry: Any) -> tuple[Tri
     rows, names = entry.get("rows"), entry.get("ops")
     tactics, samples = entry.get("tactics"), entry.get("samples_us")
     if isinstance(rows, bool) or not isinstance(rows, int) or rows < 1:
-        raise ReplayError(f"{where}: rows = {rows!r}: must be a positive integer")
+        raise ReplayError(f"{where}: rows = {value_text(rows)}: must be a positive integer")
     if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-        raise ReplayError(f"{where}: ops = {names!r}: must be a non-empty list of op names")
+        raise ReplayError(
+            f"{where}: ops = {value_text(names)}: must be a non-empty list of op names"
+        )
     if not isinstance(tactics, list) or len(tactics) != len(names):
-        raise ReplayError(f"{where}: tactics = {tactics!r}: must list one tactic per op")
+        raise ReplayError(f"{where}: tactics = {value_text(tactics)}: must list one tactic per op")
     if (
         not isinstance(samples, list)
         or not samples
@@ -219,7 +222,8 @@ def _entry(path: str | os.PathLike[str], position: int, entry: Any) -> tuple[Tri
         )
     ):
         raise ReplayError(
-            f"{where}: samples_us = {samples!r}: must be a non-empty list of non-negative numbers"
+            f"{where}: samples_us = {value_text(samples)}: "
+            "must be a non-empty list of non-negative numbers"
         )
     trial = Trial(rows, tuple(names), tuple(as_tactic(t) for t in tactics))
     return trial, [float(s) for s in samples]
@@ -268,15 +272,22 @@ class RecordingTimer:
         return _Recorded(self.inner.prepare(trial), record)
 
     def save(self, path: str | os.PathLike[str], *, device: str, flashinfer: str) -> None:
-        data = {
+        Path(path).write_text(self.text(device=device, flashinfer=flashinfer), encoding="utf-8")
+
+    def text(self, *, device: str, flashinfer: str) -> str:
+        """The timings file's content (what :meth:`save` writes): one trial per line."""
+        head = {
             "format": FORMAT,
             "device": device,
             "flashinfer": flashinfer,
             "timer": self.describe(),
-            "trials": [t for t in self.trials if t["samples_us"]],
             "candidates": [
                 {"op": name, "section": section, "rows": rows, "tactics": tactic_json(tactics)}
                 for (name, section, rows), tactics in self.candidates.items()
             ],
         }
-        Path(path).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+        trials = [json.dumps(t, separators=(",", ":")) for t in self.trials if t["samples_us"]]
+        fields = [f" {json.dumps(k)}: {json.dumps(v)}" for k, v in head.items()]
+        listed = ",\n  ".join(trials)
+        body = f' "trials": [\n  {listed}\n ]' if trials else ' "trials": []'
+        return "{\n" + ",\n".join([*fields, body]) + "\n}\n"

@@ -15,7 +15,7 @@ from typing import Any
 
 from fi_patches.chain.errors import ChainSpecError
 from fi_patches.chain.routes import check_routes
-from fi_patches.pins.errors import PinProblem, PinTableError
+from fi_patches.pins.errors import LEFT_OUT, PinProblem, PinTableError
 from fi_patches.pins.fields import FieldReader
 from fi_patches.pins.files import read_data_file
 
@@ -86,13 +86,28 @@ def shipped_examples() -> list[str]:
 
 
 def chain_path(given: str | os.PathLike[str]) -> Path:
-    """The CHAIN.toml ``given`` names: a path, or where none exists, a shipped example's name
-    (see :func:`shipped_examples`), so a wheel's users can tune its examples too."""
+    """The CHAIN.toml ``given`` names: a path; or, for a bare name such as ``deepseek_v3_tp4``,
+    ``<name>.toml`` in the working directory if there is one, else the shipped example of that
+    name (see :func:`shipped_examples`), so a wheel's users can tune its examples too. A bare
+    name that is neither is a :class:`ChainSpecError` listing the shipped examples."""
     path = Path(given)
-    example = EXAMPLES / f"{path.name}.toml"
-    if not path.exists() and path.name == str(given) and example.is_file():
-        return example
-    return path
+    if path.exists() or path.name != str(given) or path.suffix:
+        return path
+    for found in (Path(f"{given}.toml"), EXAMPLES / f"{given}.toml"):
+        if found.is_file():
+            return found
+    shipped = ", ".join(shipped_examples()) or "none"
+    raise ChainSpecError(
+        [
+            PinProblem(
+                str(given),
+                "--chain",
+                None,
+                None,
+                f"is no file, no {given}.toml here and no shipped example (shipped: {shipped})",
+            )
+        ]
+    )
 
 
 @dataclass(frozen=True)
@@ -127,7 +142,7 @@ class ChainSpec:
                         source,
                         "top level",
                         str(key),
-                        "...",
+                        LEFT_OUT,
                         "is not a known section (known: chain, bucket, op)",
                     )
                 )

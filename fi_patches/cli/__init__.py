@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
@@ -30,5 +31,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
-    code: int = args.run(args)
+    try:
+        code: int = args.run(args)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (``doctor | head``): stop quietly, as a tool killed by SIGPIPE
+        # does, and point stdout at devnull so the interpreter's own flush at exit is silent.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return BROKEN_PIPE
     return code
+
+
+BROKEN_PIPE = 141
+"""The exit code when stdout's reader closed it: 128 + SIGPIPE, what a shell reports for a tool
+that signal ended."""

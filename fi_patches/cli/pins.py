@@ -24,16 +24,25 @@ def register(commands: Any) -> None:
         action="append",
         required=True,
         metavar="CACHE",
-        help="v1 JSON file or v2 store directory; repeat to merge several (one per rank, or "
+        help="v1 JSON file, v2 store directory, or a vLLM or SGLang cache directory (its "
+        "files in their layout); repeat to merge several (one per rank, or "
         "several restarts): per bucket the majority wins, then the runner's enumerator order",
     )
     record.add_argument("--out", help="write the table here (.toml or .json); default: stdout")
-    record.add_argument("--device", help="the arch the caches were tuned on (default: this one)")
+    record.add_argument(
+        "--device",
+        help="the arch the caches were tuned on (default: FI_PATCHES_DEVICE, else this GPU's)",
+    )
     record.set_defaults(run=run_record)
     diff = verbs.add_parser(
         "diff", help="compare tuner caches or pin tables per bucket; exit 1 if any differ"
     )
-    diff.add_argument("inputs", nargs="+", metavar="CACHE_OR_TABLE", help="two or more")
+    diff.add_argument(
+        "inputs",
+        nargs="+",
+        metavar="CACHE_OR_TABLE",
+        help="two or more; a vLLM or SGLang cache directory stands for its files",
+    )
     diff.set_defaults(run=run_diff)
     check = verbs.add_parser(
         "check", help="validate a pin table here; exit 1 if any entry is invalid"
@@ -84,19 +93,34 @@ def _flashinfer_missing() -> str:
 def run_record(args: argparse.Namespace) -> int:
     import json
 
+    from fi_patches._atomic import OutputError, check_output, write_all
     from fi_patches.compat.installed import installed_flashinfer
     from fi_patches.pins.diff import bucket_label
     from fi_patches.pins.errors import PinTableError
+    from fi_patches.pins.files import PIN_SUFFIXES
     from fi_patches.pins.merge import merge, provenance, runner_order
-    from fi_patches.pins.record import TunerCacheError, read_cache, section_of, to_table
+    from fi_patches.pins.record import (
+        TunerCacheError,
+        expand_sources,
+        is_fallback,
+        read_cache,
+        section_of,
+        to_table,
+    )
     from fi_patches.pins.toml_writer import dumps
 
+    if args.out:
+        try:
+            check_output(args.out, PIN_SUFFIXES)
+        except OutputError as exc:
+            print(f"pins record: --out {exc}", file=sys.stderr)
+            return 2
     device, problem = _record_device(args.device)
     if device is None:
         print(f"pins record: {problem}", file=sys.stderr)
         return 2
-    paths = list(dict.fromkeys(args.sources))
     try:
+        paths = expand_sources(args.sources)
         read = [(path, *read_cache(path)) for path in paths]
     except TunerCacheError as exc:
         print(f"pins record: {exc}", file=sys.stderr)
@@ -145,12 +169,18 @@ def run_record(args: argparse.Namespace) -> int:
         print(f"pins record: the recorded table is not valid here: {exc}", file=sys.stderr)
         return 1
     mapping = table.to_mapping()
-    as_json = str(args.out or "").endswith(".json")
+    as_json = Path(args.out or "").suffix.lower() == ".json"
     try:
         text = json.dumps(mapping, indent=2) + "\n" if as_json else dumps(mapping)
     except TypeError as exc:
         print(f"pins record: {exc} (--out FILE.json)", file=sys.stderr)
         return 2
+    fallback = sum(1 for _, tuned, _ in read for e in tuned if is_fallback(e.tactic))
+    skipped = (
+        f"; {fallback} cached winners were FlashInfer's default tactic (-1), left unpinned"
+        if fallback
+        else ""
+    )
     summary = (
         f"{keys - len(votes)} of {keys} buckets agree; {len(votes)} disagreed, decided "
         "by majority, then enumerator order (see [meta] note)"
@@ -165,15 +195,19 @@ def run_record(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     if args.out:
-        Path(args.out).write_text(text, encoding="utf-8")
+        try:
+            write_all([(args.out, text)])
+        except OutputError as exc:
+            print(f"pins record: --out {exc}", file=sys.stderr)
+            return 2
         counts = (
             ", ".join(f"{len(v)} {k}" for k, v in mapping.items() if k != "meta") or "no entries"
         )
-        print(f"wrote {args.out}: {counts}" + (f" ({summary})" if len(paths) > 1 else ""))
+        print(f"wrote {args.out}: {counts}" + (f" ({summary})" if len(paths) > 1 else "") + skipped)
     else:
         print(text, end="")
-        if len(paths) > 1:
-            print(f"pins record: {summary}", file=sys.stderr)
+        if len(paths) > 1 or skipped:
+            print(f"pins record: {summary}{skipped}", file=sys.stderr)
     return 0
 
 
@@ -186,14 +220,15 @@ def run_diff(args: argparse.Namespace) -> int:
         value_text,
     )
     from fi_patches.pins.errors import PinTableError
-    from fi_patches.pins.record import TunerCacheError
+    from fi_patches.pins.record import TunerCacheError, expand_sources
 
-    if len(args.inputs) < 2:
-        print("pins diff: give two or more tuner caches or pin tables", file=sys.stderr)
-        return 2
     bucket_of = _bucket_of()
     try:
-        choices = [read_choices(path, bucket_of) for path in args.inputs]
+        inputs = expand_sources(args.inputs)
+        if len(inputs) < 2:
+            print("pins diff: give two or more tuner caches or pin tables", file=sys.stderr)
+            return 2
+        choices = [read_choices(path, bucket_of) for path in inputs]
     except (TunerCacheError, PinTableError) as exc:
         print(f"pins diff: {exc}", file=sys.stderr)
         return 2
@@ -203,7 +238,7 @@ def run_diff(args: argparse.Namespace) -> int:
     diffs, total = differing(choices)
     if diffs:
         rows = [(bucket_label(d.key, bucket_of), *(value_text(v) for v in d.values)) for d in diffs]
-        print(render(("bucket", *args.inputs), rows))
+        print(render(("bucket", *inputs), rows))
     print(f"{len(diffs)} of {total} buckets differ")
     return 1 if diffs else 0
 

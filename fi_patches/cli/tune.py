@@ -9,8 +9,6 @@ from typing import Any
 
 from fi_patches.cli.table import render
 
-BLACKWELL = ("sm_100", "sm_103")
-
 
 def register(commands: Any) -> None:
     parser = commands.add_parser(
@@ -61,12 +59,22 @@ def _command(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fi_patches._atomic import OutputError, check_output
     from fi_patches.chain.errors import ChainError
+    from fi_patches.chain.output import sidecar_path
     from fi_patches.chain.spec import ChainSpec, chain_path
     from fi_patches.pins.default import default_pins
     from fi_patches.pins.errors import PinTableError
+    from fi_patches.pins.files import PIN_SUFFIXES
     from fi_patches.pins.table import PinTable
 
+    try:
+        outputs = [check_output(args.out, PIN_SUFFIXES)]
+        outputs.append(check_output(sidecar_path(args.out)))
+        if args.save_timings:
+            outputs.append(check_output(args.save_timings, (".json",)))
+    except OutputError as exc:
+        return _fail(str(exc), 2)
     try:
         spec = ChainSpec.from_file(chain_path(args.chain))
         current = PinTable.from_file(args.pins) if args.pins else default_pins()
@@ -85,6 +93,8 @@ def run(args: argparse.Namespace) -> int:
         return _tune(args, spec, current, timer, device, version)
     except (ChainError, PinTableError) as exc:
         return _fail(str(exc), 1)
+    except OutputError as exc:
+        return _fail(str(exc), 2)
 
 
 class _CannotTime(Exception):
@@ -109,7 +119,7 @@ def _without_flashinfer() -> str | None:
 def _timer(args: argparse.Namespace, spec: Any) -> tuple[Any, str, str]:
     """The timer, the device arch measured on and the FlashInfer version."""
     from fi_patches.chain.replay import RecordingTimer, ReplayTimer
-    from fi_patches.compat.device import current_device, normalize_arch
+    from fi_patches.compat.device import normalize_arch
 
     if args.timings:
         replay = ReplayTimer(args.timings)
@@ -122,25 +132,37 @@ def _timer(args: argparse.Namespace, spec: Any) -> tuple[Any, str, str]:
         device, version = arch, replay.flashinfer
     else:
         from fi_patches.chain.timing import CudaGraphTimer
+        from fi_patches.chain.validate import blackwell_reason
         from fi_patches.compat.installed import installed_flashinfer
 
-        here = current_device()
-        if here.arch not in BLACKWELL:
+        # The GPU itself times the kernels: FI_PATCHES_DEVICE names the pins' target, and a
+        # CPU or another GPU cannot stand in for an sm_100/sm_103 device.
+        absent = blackwell_reason()
+        if absent is not None:
             raise _CannotTime(
-                "timing FlashInfer's MXFP8 kernels needs an sm_100/sm_103 GPU; this machine "
-                f"has {here.label}. Pass --timings FILE to select from recorded measurements."
+                "timing FlashInfer's MXFP8 kernels needs an sm_100/sm_103 GPU, whatever "
+                f"FI_PATCHES_DEVICE says; here {absent}. Pass --timings FILE to select from "
+                "recorded measurements."
             )
         s = spec.settings
         timer = CudaGraphTimer(replays=s.replays, warmup=s.warmup, cold_l2=s.cold_l2)
-        device, version = str(here.arch), installed_flashinfer().version_text or "unknown"
+        device, version = _cuda_arch(), installed_flashinfer().version_text or "unknown"
     if args.save_timings:
         timer = RecordingTimer(timer)
     return timer, device, version
 
 
+def _cuda_arch() -> str:
+    import torch
+
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm_{major}{minor}"
+
+
 def _tune(
     args: argparse.Namespace, spec: Any, current: Any, timer: Any, device: str, version: str
 ) -> int:
+    from fi_patches._atomic import write_all
     from fi_patches.chain import output
     from fi_patches.chain.plan import build_plan, check_tuner_buckets
     from fi_patches.chain.select import tune
@@ -178,9 +200,10 @@ def _tune(
         timer=str(describe()) if callable(describe) else type(timer).__name__,
         command=_command(args),
     )
-    output.write(table, args.out, record)
+    files = output.files(table, args.out, record)
     if args.save_timings:
-        timer.save(args.save_timings, device=device, flashinfer=version)
+        files.append((args.save_timings, timer.text(device=device, flashinfer=version)))
+    write_all(files)
     print(_report(results))
     counts = ", ".join(f"{len(v)} {k}" for k, v in table.to_mapping().items() if k != "meta")
     print(f"wrote {args.out} ({counts}) and {sidecar}")

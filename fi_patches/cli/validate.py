@@ -1,6 +1,7 @@
 """``validate``: check a pin table on this host's GPU (numerics of every pinned kernel against a
 float64 reference, wide tiles at every row count, a chain's time pinned vs stock-tuned) and
-report in markdown and JSON. Off sm_100/sm_103 every check is reported as not run, exit 0."""
+report in markdown and JSON. Off sm_100/sm_103 every check is reported as not run, and the exit
+code is 3, so ``validate && deploy`` never passes on checks that did not run."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from typing import Any
 
 def register(commands: Any) -> None:
     parser = commands.add_parser(
-        "validate", help="check pinned kernels on this GPU (sm_100/sm_103) and report"
+        "validate",
+        help="check pinned kernels on this GPU (sm_100/sm_103) and report; exit 1 if a check "
+        "failed, 3 if one could not run",
     )
     parser.add_argument("--pins", help="the pin table (default: the default pin table)")
     parser.add_argument(
@@ -30,7 +33,9 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from fi_patches._atomic import OutputError, check_output, write_all
     from fi_patches.chain.errors import ChainError
+    from fi_patches.chain.report import NOT_RUN
     from fi_patches.chain.spec import ChainSpec, chain_path
     from fi_patches.chain.validate import validate
     from fi_patches.pins.default import default_pins
@@ -43,14 +48,26 @@ def run(args: argparse.Namespace) -> int:
     except (ChainError, PinTableError) as exc:
         print(f"validate: {exc}", file=sys.stderr)
         return 1
+    if args.report:
+        out = Path(args.report)
+        try:
+            check_output(out, (".md",))
+            check_output(out.with_suffix(".json"))
+        except OutputError as exc:
+            print(f"validate: --report {exc}", file=sys.stderr)
+            return 2
     report = validate(table, spec)
     markdown = report.to_markdown()
     if args.report:
-        out = Path(args.report)
-        out.write_text(markdown, encoding="utf-8")
         data = out.with_suffix(".json")
-        data.write_text(json.dumps(report.to_json(), indent=1) + "\n", encoding="utf-8")
+        try:
+            write_all([(out, markdown), (data, json.dumps(report.to_json(), indent=1) + "\n")])
+        except OutputError as exc:
+            print(f"validate: --report {exc}", file=sys.stderr)
+            return 2
         print(f"validate: {report.summary()}; wrote {out} and {data}")
     else:
         print(markdown, end="")
-    return 1 if report.failed else 0
+    if report.failed:
+        return 1
+    return 3 if report.count(NOT_RUN) else 0

@@ -120,6 +120,30 @@ def _cute_dsl(
     )
 
 
+def wide_tiles_served(wide_max: int = 48) -> dict[int, range]:
+    """The tiles the wide route picks (as :func:`_wide` does), each with the rows it serves:
+    a ``[[wide]]`` pin of another tile is never used by :func:`choice_for`."""
+    from fi_patches.wide.tactics import pick_tile
+
+    served: dict[int, list[int]] = {}
+    for rows in range(LOW_LATENCY_MAX_ROWS + 1, wide_max + 1):
+        served.setdefault(pick_tile(rows, max_rows=wide_max), []).append(rows)
+    return {tile: range(rows[0], rows[-1] + 1) for tile, rows in sorted(served.items())}
+
+
+def unreached_wide_tile(tile: int, wide_max: int = 48) -> str | None:
+    """Why no row count takes a ``[[wide]]`` pin of ``tile`` through the router, or None when
+    some does."""
+    served = wide_tiles_served(wide_max)
+    if tile in served:
+        return None
+    tiles = ", ".join(f"{t} (rows {r.start}..{r.stop - 1})" for t, r in served.items())
+    return (
+        f"no route reaches tile {tile}: fi_patches.mxfp8.mm sends rows <= "
+        f"{LOW_LATENCY_MAX_ROWS} to the low-latency backend and uses wide tiles {tiles}"
+    )
+
+
 def _choose(
     n: int, k: int, rows: int, out_dtype: Any, tables: tuple[Any, ...], wide_max: int
 ) -> Choice:

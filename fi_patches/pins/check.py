@@ -8,6 +8,7 @@ from typing import Any
 
 from fi_patches.pins.schema import SECTIONS
 from fi_patches.pins.table import PinTable
+from fi_patches.pins.values import value_text
 
 OK, INVALID, UNCHECKED = "OK", "invalid", "unchecked"
 
@@ -77,11 +78,10 @@ def check_entries(table: PinTable) -> tuple[str | None, list[EntryCheck]]:
                 found = check_pins(table, thorough=True)
             for problem in found:
                 index = int(problem.where.rsplit("#", 1)[1])
-                text = f"{problem.field} = {problem.value!r}: {problem.message}"
-                problems.setdefault(index, text)
+                problems.setdefault(index, problem.detail())
         for entry in entries:
             shape, rows = _describe(name, entry)
-            tactic = entry.to_mapping()["tactic"]
+            tactic = value_text(entry.to_mapping()["tactic"])
             applies = False
             if unchecked is not None:
                 state, reason = UNCHECKED, unchecked
@@ -92,11 +92,23 @@ def check_entries(table: PinTable) -> tuple[str | None, list[EntryCheck]]:
                 version = installed_flashinfer().version
                 reason = PIN_MEMBERSHIP.format(version=version, tactic=tactic_text(entry.tactic))
             else:
-                state, reason, applies = OK, "", True
+                unreached = _unreached(name, entry)
+                state, reason, applies = OK, f"warning: {unreached}" if unreached else "", True
             results.append(
                 EntryCheck(name, entry.index, shape, rows, tactic, state, reason, applies)
             )
     return meta_problem, results
+
+
+def _unreached(section: str, entry: Any) -> str | None:
+    """Why no route can use a valid entry (a dead pin), or None. Only ``[[wide]]`` tiles can
+    be dead: every low-latency range is served at <= 8 rows, and cute-dsl pins serve FlashInfer's
+    own tuner whatever the router does."""
+    if section != "wide":
+        return None
+    from fi_patches.mxfp8.routes import unreached_wide_tile
+
+    return unreached_wide_tile(entry.tile)
 
 
 @dataclass(frozen=True)

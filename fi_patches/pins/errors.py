@@ -1,12 +1,15 @@
 """Errors of pin tables: every problem names the file, the entry and the field with its value.
 
-Values come from untrusted files, so they are shown through :func:`safe_repr`: bounded in
-length and depth, and never formatting an integer past Python's int-to-str digit limit."""
+Values come from untrusted files, so they are shown through
+:func:`fi_patches.pins.values.value_text`: as the file spells them, bounded in length and depth,
+and never formatting an integer past Python's int-to-str digit limit."""
 
 from __future__ import annotations
 
 import reprlib
 from dataclasses import dataclass
+
+from fi_patches.pins.values import value_text
 
 MAX_SHOWN_PROBLEMS = 50
 """A :class:`PinTableError`'s message lists at most this many problems (``problems`` has all)."""
@@ -51,6 +54,16 @@ def safe_name(name: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+class _LeftOut:
+    """The value of a field the file leaves out (its problem names the field alone)."""
+
+    def __repr__(self) -> str:
+        return "LEFT_OUT"
+
+
+LEFT_OUT = _LeftOut()
+
+
 @dataclass(frozen=True)
 class PinProblem:
     """One thing wrong with a pin table."""
@@ -62,13 +75,18 @@ class PinProblem:
     message: str
 
     def __str__(self) -> str:
-        place = f"{self.source}: {self.where}"
-        if self.field is not None:
-            place += f": {safe_name(self.field)} = {safe_repr(self.value)}"
+        return f"{self.source}: {self.where}: {self.detail()}"
+
+    def detail(self) -> str:
+        """The field, its value as the file spells it, and what is wrong with it."""
         message = self.message
         if len(message) > MAX_MESSAGE:
             message = message[: MAX_MESSAGE - 3] + "..."
-        return f"{place}: {message}"
+        if self.field is None:
+            return message
+        if self.value is LEFT_OUT:
+            return f"{safe_name(self.field)}: {message}"
+        return f"{safe_name(self.field)} = {value_text(self.value)}: {message}"
 
 
 class PinTableError(ValueError):

@@ -12,7 +12,7 @@ import difflib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from fi_patches.pins.errors import PinProblem, safe_repr
+from fi_patches.pins.errors import LEFT_OUT, PinProblem, safe_repr
 
 T = TypeVar("T")
 
@@ -97,7 +97,7 @@ class FieldReader:
             return True, self.mapping[name]
         if default is REQUIRED:
             if self.readable:
-                missing = PinProblem(self.source, self.where, name, None, "is required")
+                missing = PinProblem(self.source, self.where, name, LEFT_OUT, "is required")
                 self._missing[name] = missing
                 self.problems.append(missing)
             return False, None

@@ -17,6 +17,9 @@ from fi_patches import _toml
 from fi_patches.pins.errors import PinProblem, PinTableError
 from fi_patches.pins.fields import OversizeInteger
 
+PIN_SUFFIXES = (".toml", ".json")
+"""The suffixes a pin file may have: its format follows from it."""
+
 MAX_FILE_BYTES = 16 << 20
 """The largest pin file read (16 MiB: a lockfile of every op a server tunes holds a few thousand
 ``[[pin]]`` entries of about 500 bytes each; a table of the MXFP8 sections is a few KiB)."""
@@ -57,7 +60,7 @@ def read_data_file(
     *,
     what: str = "pin file",
     max_bytes: int = MAX_FILE_BYTES,
-    suffixes: tuple[str, ...] = (".toml", ".json"),
+    suffixes: tuple[str, ...] = PIN_SUFFIXES,
 ) -> object:
     """The parsed content of the ``what`` at ``path``: TOML when its suffix is ``.toml``, else
     JSON; refused unless its suffix is one of ``suffixes`` (any, when empty) and it holds at

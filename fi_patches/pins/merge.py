@@ -138,9 +138,16 @@ def provenance(
     head = f"merged {len(labels)} tuner caches: {buckets - len(votes)} of {buckets} buckets agree"
     if not votes:
         return head
-    listed = "; ".join(v.describe(where(v)) for v in votes[:20])
-    more = f"; and {len(votes) - 20} more" if len(votes) > 20 else ""
-    return (
-        f"{head}, {len(votes)} disagree (majority, then enumerator order, then text order): "
-        f"{listed}{more}"
-    )
+    from fi_patches.pins.schema import TEXT_MAX
+
+    intro = f"{head}, {len(votes)} disagree (majority, then enumerator order, then text order): "
+    # as many disagreements as the note holds, the count of the rest after them
+    budget = TEXT_MAX - len(intro) - len(f"; and {len(votes)} more")
+    shown: list[str] = []
+    for vote in votes[:20]:
+        text = vote.describe(where(vote))
+        if sum(len(t) + 2 for t in shown) + len(text) > budget:
+            break
+        shown.append(text)
+    more = f"; and {len(votes) - len(shown)} more" if len(votes) > len(shown) else ""
+    return f"{intro}{'; '.join(shown)}{more}"

@@ -123,8 +123,8 @@ def from_v2_store(root: Path) -> tuple[list[Tuned], dict[str, Any]]:
     (only those places: a directory is never walked beyond them)."""
     entries: list[Tuned] = []
     meta: dict[str, Any] = {}
-    envs = [root, *sorted(p.parent for p in root.glob("v2/*/manifest.json"))]
-    envs += sorted(p.parent for p in root.glob("*/manifest.json") if p.parent not in envs)
+    envs = [root, *(p.parent for p in _listed(root, "v2/*/manifest.json"))]
+    envs += [p.parent for p in _listed(root, "*/manifest.json") if p.parent not in envs]
     read = 0
     for env in envs:
         manifest = env / "manifest.json"
@@ -136,7 +136,7 @@ def from_v2_store(root: Path) -> tuple[list[Tuned], dict[str, Any]]:
             if isinstance(data, dict):
                 found = data.get("metadata", data)  # 0.7.x manifests are flat
                 meta = dict(found) if isinstance(found, dict) else meta
-        for file in sorted(env.glob("entries/*.json")):
+        for file in _listed(env, "entries/*.json"):
             read += 1
             if read > MAX_STORE_FILES:
                 raise TunerCacheError(
@@ -167,10 +167,68 @@ def from_tuner(tuner: Any = None) -> list[Tuned]:
     return entries
 
 
+VLLM_FILES = "*/autotune_configs.json"
+"""vLLM's v1 files under its cache directory: ``<dir>/<config hash>/autotune_configs.json``."""
+
+SGLANG_FILES = "rank_tp*_pp*_dp*.json"
+"""SGLang's per-rank v1 files in its cache directory."""
+
+LAYOUTS = (
+    "a v2 store (manifest.json, entries/), vLLM's <hash>/autotune_configs.json or SGLang's "
+    "rank_tp*_pp*_dp*.json"
+)
+"""The directory layouts a cache directory may have, for messages."""
+
+
+def _listed(root: Path, pattern: str) -> list[Path]:
+    try:
+        return sorted(p for p in root.glob(pattern) if p.is_file())
+    except OSError as exc:  # the directory vanished or cannot be listed while it is read
+        raise TunerCacheError(
+            f"the tuner cache directory {root} cannot be read ({exc.strerror or exc})"
+        ) from exc
+
+
+def is_v2_store(root: Path) -> bool:
+    """Whether the directory ``root`` is a v2 store (a manifest at its root or one level down,
+    as :func:`from_v2_store` reads it)."""
+    return (root / "manifest.json").is_file() or bool(
+        _listed(root, "v2/*/manifest.json") or _listed(root, "*/manifest.json")
+    )
+
+
+def layout_files(root: Path) -> list[Path]:
+    """The v1 files of vLLM's or SGLang's cache layout in the directory ``root`` (only those
+    places: a directory is never walked beyond them)."""
+    return _listed(root, VLLM_FILES) + _listed(root, SGLANG_FILES)
+
+
+def expand_sources(paths: Sequence[str]) -> list[str]:
+    """``paths`` with each directory that is not a v2 store replaced by its cache files in
+    vLLM's or SGLang's layout; raises ``TunerCacheError`` for a directory holding neither."""
+    expanded: list[str] = []
+    for path in paths:
+        location = Path(path)
+        if not location.is_dir() or is_v2_store(location):
+            expanded.append(path)
+            continue
+        found = layout_files(location)
+        if not found:
+            raise TunerCacheError(
+                f"{path} is a directory holding no tuner cache: expected {LAYOUTS}"
+            )
+        expanded += [str(f) for f in found]
+    return list(dict.fromkeys(expanded))
+
+
 def read_cache(path: str | Path) -> tuple[list[Tuned], dict[str, Any]]:
-    """Entries and metadata of the cache at ``path`` (a v1 file or a v2 store directory)."""
+    """Entries and metadata of the cache at ``path``: a v1 file or a v2 store directory."""
     location = Path(path)
     if location.is_dir():
+        if not is_v2_store(location):
+            raise TunerCacheError(
+                f"{location} is a directory but not a v2 store: expected {LAYOUTS}"
+            )
         return from_v2_store(location)
     return from_v1_file(location)
 
@@ -328,6 +386,16 @@ def _section_entries(
             )
 
 
+FALLBACK = -1
+"""The tactic FlashInfer caches when its runner's default won: nothing to pin."""
+
+
+def is_fallback(tactic: Any) -> bool:
+    """Whether a cached winner is FlashInfer's default tactic (``-1``), which a table cannot
+    pin: :func:`to_table` leaves those keys out, and FlashInfer keeps its default there."""
+    return isinstance(tactic, int) and not isinstance(tactic, bool) and tactic == FALLBACK
+
+
 def to_table(
     entries: Iterable[Tuned],
     *,
@@ -338,12 +406,15 @@ def to_table(
     note: str = "",
 ) -> PinTable:
     """A validated pin table of ``entries`` chosen on ``device`` and FlashInfer's version;
-    ``source`` and ``note`` become the table's provenance (``[meta]`` source and note).
+    ``source`` and ``note`` become the table's provenance (``[meta]`` source and note). Keys
+    whose winner is FlashInfer's default (:func:`is_fallback`) are left out.
     ``bucket_of`` maps rows to ``mm_mxfp8``'s buckets (None where FlashInfer is absent: keys
     of the sections are then written as ``[[pin]]`` entries too)."""
     sectioned: list[tuple[SectionKey, Any]] = []
     generic: list[Tuned] = []
     for entry in entries:
+        if is_fallback(entry.tactic):
+            continue
         key = section_of(entry.key) if bucket_of is not None else None
         if key is None:
             generic.append(entry)

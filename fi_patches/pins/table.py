@@ -11,7 +11,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from fi_patches.pins.errors import PinProblem, PinTableError, safe_name
+from fi_patches.pins.errors import LEFT_OUT, PinProblem, PinTableError, safe_name
 from fi_patches.pins.fields import FieldReader, kind
 from fi_patches.pins.files import MAX_FILE_BYTES, describe, read_pin_file
 from fi_patches.pins.schema import (
@@ -106,11 +106,15 @@ class PinTable:
                 hint = f"; did you mean {close[0]}?" if close else f" (known: {', '.join(known)})"
                 problems.append(
                     PinProblem(
-                        source, "top level", safe_name(key), "...", f"is not a known section{hint}"
+                        source,
+                        "top level",
+                        safe_name(key),
+                        LEFT_OUT,
+                        f"is not a known section{hint}",
                     )
                 )
         for key in getattr(data, "keyed_twice", ()):
-            problems.append(PinProblem(source, "top level", key, "...", "is given twice"))
+            problems.append(PinProblem(source, "top level", key, LEFT_OUT, "is given twice"))
         meta = None
         if "meta" not in data:
             problems.append(

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from fi_patches.pins.errors import PinProblem
+from fi_patches.pins.errors import LEFT_OUT, PinProblem
 from fi_patches.pins.fields import FieldReader, OversizeInteger, kind
 from fi_patches.pins.keys import ANY, ROWS, ShapePattern, as_tactic, tactic_json
 
@@ -196,7 +196,7 @@ def parse_pin(reader: FieldReader, index: int) -> TunerPin | None:
     given, raw = "tactic" in reader.mapping, reader.mapping.get("tactic")
     tactic = parse_tactic(raw) if given else None
     if not given:
-        reader.problem("tactic", None, "is required")
+        reader.problem("tactic", LEFT_OUT, "is required")
     elif tactic is None and raw is not None:
         reader.problem(
             "tactic",

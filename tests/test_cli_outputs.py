@@ -1,0 +1,226 @@
+"""The command line's output files and streams, run as a user runs it (``python -m fi_patches``
+in a child process): a path that cannot be written is one line on stderr naming it, exit 2,
+and no file written; outputs land all together or not at all; a closed stdout ends quietly; a
+directory argument reads only the cache layouts the README documents."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fi_patches.chain.output import sidecar_path
+from tests.chain_helpers import cpu_only
+
+ROOT = Path(__file__).resolve().parent.parent
+
+V1_CACHE = {
+    "_metadata": {"flashinfer_version": "0.7.4"},
+    "('mxfp8_gemm', 'CutedslLowLatencyBlockscaledGemmRunner', ((8, 1536), (1536, 7168), (-1,)), "
+    "(<class 'cutlass.base_dsl.typing.Float8E4M3FN'>, torch.bfloat16, True))": [
+        "CutedslLowLatencyBlockscaledGemmRunner",
+        [128, 8, 1, 1],
+    ],
+}
+"""A v1 cache file with one low-latency winner, in FlashInfer's key spelling."""
+
+LOW_LATENCY_CHAIN = """
+[chain]
+name = "one-op"
+repeats = 1
+
+[[bucket]]
+min_rows = 5
+max_rows = 8
+
+[[op]]
+name = "wq_b"
+n = 6144
+k = 1536
+runner = "low_latency"
+"""
+
+
+def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None):
+    environ = {**os.environ, "FI_PATCHES_DEVICE": "sm_103", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "fi_patches", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=cwd,
+        env=environ,
+        timeout=600,
+    )
+
+
+def one_line(result, *named: str) -> str:
+    """stderr, asserted to be one line naming each of ``named``, without a traceback."""
+    err = result.stderr.strip()
+    assert "Traceback" not in err, err
+    assert len(err.splitlines()) == 1, err
+    for name in named:
+        assert name in err, err
+    return err
+
+
+def files_in(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+@pytest.fixture
+def cache(tmp_path) -> Path:
+    path = tmp_path / "inputs" / "rank0.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(V1_CACHE))
+    return path
+
+
+@pytest.mark.parametrize("where", ["missing folder", "a directory", "yaml suffix"])
+def test_pins_record_refuses_an_output_it_cannot_write_in_one_line(tmp_path, cache, where):
+    out = {
+        "missing folder": tmp_path / "nonexistent" / "dir" / "x.toml",
+        "a directory": tmp_path / "out.toml",
+        "yaml suffix": tmp_path / "x.yaml",
+    }[where]
+    if where == "a directory":
+        out.mkdir()
+    before = files_in(tmp_path)
+    result = cli("pins", "record", "--from", str(cache), "--out", str(out), "--device", "sm_103")
+    assert result.returncode == 2, result.stderr
+    err = one_line(result, str(out))
+    assert err.startswith("pins record: --out ")
+    if where == "yaml suffix":
+        assert "must end in .toml or .json" in err
+    assert files_in(tmp_path) == before  # nothing written, not even a temp file
+    assert result.stdout == ""
+
+
+@cpu_only
+def test_tune_checks_every_output_before_it_times_anything(tmp_path):
+    chain = tmp_path / "chain.toml"
+    chain.write_text(LOW_LATENCY_CHAIN)
+    timings = tmp_path / "timings.json"
+    timings.write_text("{}")  # never read: the outputs are refused first
+    missing = tmp_path / "nonexistent" / "x.toml"
+    result = cli("tune", "--chain", str(chain), "--out", str(missing), "--timings", str(timings))
+    assert result.returncode == 2
+    one_line(result, str(missing))
+    folder = tmp_path / "pins.toml"
+    folder.mkdir()
+    before = files_in(tmp_path)
+    result = cli("tune", "--chain", str(chain), "--out", str(folder), "--timings", str(timings))
+    assert result.returncode == 2
+    one_line(result, str(folder), "is a directory")
+    assert files_in(tmp_path) == before  # no pins.provenance.json beside it
+    saved = tmp_path / "gone" / "t.json"
+    result = cli(
+        "tune",
+        "--chain",
+        str(chain),
+        "--out",
+        str(tmp_path / "p.toml"),
+        "--save-timings",
+        str(saved),
+    )
+    assert result.returncode == 2
+    one_line(result, str(saved))
+    assert files_in(tmp_path) == before
+
+
+def test_tune_writes_its_outputs_all_together_or_not_at_all(tmp_path):
+    """A sidecar path that is a directory (the table's would be fine): nothing is written."""
+    from fi_patches._atomic import OutputError, write_all
+
+    table = tmp_path / "pins.toml"
+    sidecar_path(table).mkdir()
+    before = files_in(tmp_path)
+    with pytest.raises(OutputError, match=r"pins\.provenance\.json: is a directory"):
+        write_all([(table, "x = 1\n"), (sidecar_path(table), "{}\n")])
+    assert files_in(tmp_path) == before
+    write_all([(tmp_path / "a.toml", "a = 1\n"), (tmp_path / "b.json", "{}\n")])
+    assert (tmp_path / "a.toml").read_text() == "a = 1\n"
+    assert files_in(tmp_path) == sorted([*before, "a.toml", "b.json"])
+
+
+@cpu_only
+def test_validate_refuses_a_report_it_cannot_write(tmp_path):
+    report = tmp_path / "nonexistent" / "r.md"
+    result = cli("validate", "--report", str(report))
+    assert result.returncode == 2
+    one_line(result, str(report))
+    assert result.stdout == ""
+
+
+def test_a_closed_stdout_ends_doctor_quietly(tmp_path):
+    env = {**os.environ, "FI_PATCHES_CACHE_DIR": str(tmp_path / "cache")}
+    child = subprocess.Popen(
+        [sys.executable, "-m", "fi_patches", "doctor"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+    assert child.stdout is not None and child.stderr is not None
+    child.stdout.close()  # the reader is gone before doctor prints (as `| head` leaves it)
+    err = child.stderr.read().decode()
+    assert child.wait(timeout=600) == 141  # 128 + SIGPIPE, as the README documents
+    assert err == ""
+
+
+def test_pins_diff_reads_only_the_documented_layouts_of_a_directory(tmp_path, cache):
+    stray = tmp_path / "tree"
+    (stray / "a" / "b" / "c").mkdir(parents=True)
+    (stray / "a" / "b" / "c" / "autotune_configs.json").write_text(json.dumps(V1_CACHE))
+    result = cli("pins", "diff", str(cache), str(stray))
+    assert result.returncode == 2
+    err = one_line(result, str(stray), "holding no tuner cache")
+    assert "autotune_configs.json" in err and "rank_tp" in err  # the layouts it reads
+    # vLLM's layout: <dir>/<config hash>/autotune_configs.json, one input per file
+    vllm = tmp_path / "vllm"
+    (vllm / "3f2a").mkdir(parents=True)
+    (vllm / "3f2a" / "autotune_configs.json").write_text(json.dumps(V1_CACHE))
+    result = cli("pins", "diff", str(cache), str(vllm))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("0 of 1 buckets differ")
+    # SGLang's: rank_tp<T>_pp<P>_dp<D>.json per rank
+    sglang = tmp_path / "sglang"
+    sglang.mkdir()
+    other = dict(V1_CACHE)
+    key = next(k for k in other if not k.startswith("_"))
+    other[key] = ["CutedslLowLatencyBlockscaledGemmRunner", [256, 4, 1, 1]]
+    (sglang / "rank_tp0_pp0_dp0.json").write_text(json.dumps(V1_CACHE))
+    (sglang / "rank_tp1_pp0_dp0.json").write_text(json.dumps(other))
+    result = cli("pins", "diff", str(sglang))
+    assert result.returncode == 1, result.stderr
+    assert "rank_tp0_pp0_dp0.json" in result.stdout and "rank_tp1_pp0_dp0.json" in result.stdout
+    assert "[256,4,1,1]" in result.stdout
+
+
+def test_a_directory_that_vanishes_is_one_line(tmp_path, cache):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    script = (
+        "import shutil, sys\n"
+        "from pathlib import Path\n"
+        "from fi_patches.pins import record\n"
+        "real = Path.glob\n"
+        "def vanish(self, pattern):\n"
+        "    shutil.rmtree(self, ignore_errors=True)\n"
+        "    return real(self, pattern)\n"
+        "Path.glob = vanish\n"  # the folder goes away between the check and the listing
+        "from fi_patches.cli import main\n"
+        "sys.exit(main(sys.argv[1:]))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script, "pins", "diff", str(cache), str(gone)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+    assert result.returncode == 2
+    one_line(result, str(gone))

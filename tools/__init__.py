@@ -1,0 +1,1 @@
+"""Maintainer scripts run from the checkout (``python -m tools.<name>``); not shipped."""
