@@ -41,7 +41,8 @@ nox.options.default_venv_backend = "venv"
 nox.options.sessions = ["matrix"]
 
 MATRIX = load()
-RELEASES = MATRIX.releases()
+ENVIRONMENTS = MATRIX.environments()
+DSL = "nvidia-cutlass-dsl"
 RESULTS_MD = ROOT / "compat" / "RESULTS.md"
 
 
@@ -50,8 +51,8 @@ def matrix(session: nox.Session) -> None:
     """Every cell, one after another, then the report (which fails on any mismatch)."""
     runner.start_run()
     session.notify("base")
-    for release in RELEASES:
-        session.notify(f"cell({release})")
+    for environment in ENVIRONMENTS:
+        session.notify(f"cell({environment})")
     session.notify("report")
 
 
@@ -92,11 +93,13 @@ def base(session: nox.Session) -> None:
 
 
 @nox.session(requires=["base"])
-@nox.parametrize("release", RELEASES, ids=RELEASES)
-def cell(session: nox.Session, release: str) -> None:
-    """One release: install it over the base, then run each of its cells."""
+@nox.parametrize("environment", ENVIRONMENTS, ids=ENVIRONMENTS)
+def cell(session: nox.Session, environment: str) -> None:
+    """One release (with its DSL pinned, on the DSL axis): install it over the base, then run
+    each of its cells."""
     start = time.monotonic()
-    cells = MATRIX.cells_for(release)
+    cells = MATRIX.cells_in(environment)
+    release, dsl = cells[0].flashinfer, cells[0].dsl
     python = Path(session.bin) / "python"
     try:
         base_info = runner.read_base()
@@ -112,11 +115,18 @@ def cell(session: nox.Session, release: str) -> None:
                 return
         constraint = runner.STATE / "torch-constraint.txt"
         constraint.write_text(f"torch=={base_info['torch']}\n")
-        session.install("-c", str(constraint), f"{runner.DISTRIBUTION}=={version}")
-        session.install("-c", str(constraint), "-e", f".[{MATRIX.extras}]")
-        found = runner.installed_versions(python, [runner.DISTRIBUTION, "torch"])
-        if found[runner.DISTRIBUTION] != version or found["torch"] != base_info["torch"]:
-            raise runner.SetupError(f"the environment has {found}, not {version} over the base")
+        pinned = [f"{DSL}[cu13]=={dsl}"] if dsl else []  # vLLM and SGLang pin [cu13]
+        session.install("-c", str(constraint), f"{runner.DISTRIBUTION}=={version}", *pinned)
+        session.install("-c", str(constraint), *pinned, "-e", f".[{MATRIX.extras}]")
+        found = runner.installed_versions(python, [runner.DISTRIBUTION, "torch", DSL])
+        if (
+            found[runner.DISTRIBUTION] != version
+            or found["torch"] != base_info["torch"]
+            or (dsl and found[DSL] != dsl)
+        ):
+            raise runner.SetupError(
+                f"the environment has {found}, not {version} (DSL {dsl or 'any'}) over the base"
+            )
     except (runner.SetupError, CommandFailed) as exc:
         for c in cells:
             runner.write_result(runner.error_result(c, str(exc), time.monotonic() - start), c)

@@ -4,8 +4,7 @@ path measured in the same run (interleaved rounds, medians).
 1. Interpreter start in a wheel install (built offline into temp venvs, as tests/test_auto.py
    does): bare ``python -c pass`` in a venv without fi_patches, against the venv holding the
    wheel with ``FI_PATCHES_AUTO`` unset and set (target: <= 10 ms over bare when set, ~0 when
-   unset). For reference, the previous hook (``import fi_patches.auto`` at start, which loads
-   wrapt's post-import machinery) in the same run.
+   unset).
 2. ``import flashinfer`` against ``import flashinfer; fi_patches.status()``, with the self-check
    cache cold (an empty directory per run) and warm (target: warm ``status()`` <= 10% of
    ``import flashinfer``), and ``import flashinfer`` with ``FI_PATCHES_AUTO=1`` and a warm cache
@@ -61,10 +60,6 @@ k = 1536
 tile = 16
 tactic = [128, 8, 1, 1]
 """
-PREVIOUS_HOOK = (
-    "import os; os.environ.get('FI_PATCHES_AUTO', '0') not in ('', '0') and "
-    "__import__('fi_patches.auto')\n"
-)
 
 
 def _run(args: list[str], **kwargs) -> str:
@@ -82,7 +77,7 @@ def _venv(path: Path) -> tuple[Path, Path]:
 
 
 def build(tmp: Path) -> dict[str, Path]:
-    """The wheel, and venvs: bare, wheel, wheel with the previous hook, wheel with FlashInfer."""
+    """The wheel, and venvs: bare, wheel, wheel with FlashInfer."""
     wheels = tmp / "wheels"
     pip = [sys.executable, "-m", "pip", "-q"]
     _run(
@@ -99,16 +94,13 @@ def build(tmp: Path) -> dict[str, Path]:
     )
     wheel = next(wheels.glob("fi_patches-*.whl"))
     pythons = {}
-    for name in ("bare", "wheel", "previous", "flashinfer"):
+    for name in ("bare", "wheel", "flashinfer"):
         python, site_dir = _venv(tmp / name)
         pythons[name] = python
         if name == "bare":
             continue
         _run([*pip, "install", "--no-deps", "--no-index", "--target", str(site_dir), str(wheel)])
         parent = sysconfig.get_paths()["purelib"]
-        if name == "previous":  # wrapt from the test environment, the old line
-            (site_dir / "00-wrapt.pth").write_text(parent + "\n")
-            (site_dir / "fi_patches_auto.pth").write_text(PREVIOUS_HOOK)
         if name == "flashinfer":
             (site_dir / "_fi_patches_bench_deps.py").write_text(REPLAY.format(parent=parent))
             (site_dir / "00-bench-deps.pth").write_text("import _fi_patches_bench_deps\n")
@@ -169,9 +161,6 @@ def main() -> int:
             "auto": lambda: timed(
                 [str(pythons["wheel"]), "-c", "pass"], _env(FI_PATCHES_AUTO="1"), tmp
             ),
-            "previous": lambda: timed(
-                [str(pythons["previous"]), "-c", "pass"], _env(FI_PATCHES_AUTO="1"), tmp
-            ),
         }
         import_cases = {
             "import": lambda: timed([fi, "-c", "import flashinfer"], _env(), tmp),
@@ -220,7 +209,6 @@ def main() -> int:
                 med["s-auto"],
                 f"<= +{TARGET_AUTO_MS:.0f} ms: {auto_ok}",
             ),
-            ("  reference: previous hook (import fi_patches.auto, wrapt)", med["s-previous"], "-"),
         ],
         bare,
     )

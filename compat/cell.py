@@ -225,8 +225,11 @@ def run_doctor(python: str | Path, env: Mapping[str, str], log: Path) -> dict[st
     return {"records": records, "seconds": seconds}
 
 
-def run_tests(python: str | Path, env: Mapping[str, str], slug: str) -> dict[str, Any]:
-    """The README's test command (``python -m pytest -q``) plus JUnit output, in the cell."""
+def run_tests(
+    python: str | Path, env: Mapping[str, str], slug: str, paths: Sequence[str] = ()
+) -> dict[str, Any]:
+    """The README's test command (``python -m pytest -q``) plus JUnit output, in the cell;
+    ``paths`` narrows it to a focused subset (a DSL-axis cell's)."""
     junit = LOGS / f"{slug}.junit.xml"
     log = LOGS / f"{slug}.pytest.txt"
     junit.unlink(missing_ok=True)
@@ -244,6 +247,7 @@ def run_tests(python: str | Path, env: Mapping[str, str], slug: str) -> dict[str
         f"--junitxml={junit}",
         "-o",
         "junit_family=xunit1",
+        *paths,
     ]
     start = time.monotonic()
     with log.open("w") as out:
@@ -284,7 +288,7 @@ def run_cell(
     start = time.monotonic()
     set_simulation(python, cell.simulate_import)
     try:
-        tests = run_tests(python, cell_env(cell), slug)
+        tests = run_tests(python, cell_env(cell), slug, cell.tests)
         device = {"FI_PATCHES_DEVICE": "sm_103"}
         doctor = {
             "default": run_doctor(python, cell_env(cell, device), LOGS / f"{slug}.doctor.txt")
@@ -303,6 +307,7 @@ def run_cell(
         "release": cell.flashinfer,
         "flashinfer": flashinfer,
         "simulate_import": cell.simulate_import,
+        "dsl": cell.dsl or None,
         "alias_of": None,
         "tests": tests,
         "doctor": doctor,

@@ -89,6 +89,15 @@ class Cell:
     imports: bool = True
     why: str = ""
     known_failures: tuple[KnownFailure, ...] = ()
+    dsl: str = ""
+    """The nvidia-cutlass-dsl release pinned in this cell ('' : whatever pip resolves)."""
+    tests: tuple[str, ...] = ()
+    """The test paths this cell runs (empty: the whole suite)."""
+
+    @property
+    def environment(self) -> str:
+        """The id of the environment it runs in (cells of one release and DSL share one)."""
+        return f"{self.flashinfer}-dsl{self.dsl}" if self.dsl else self.flashinfer
 
     def known(self, case: TestCase) -> KnownFailure | None:
         """The known failure that accounts for ``case`` failing here, if any."""
@@ -124,6 +133,15 @@ class Matrix:
 
     def listed_releases(self) -> list[str]:
         return [r for r in self.releases() if r != NEWEST]
+
+    def environments(self) -> list[str]:
+        """The distinct environments (a release, or a release with a pinned DSL), in file
+        order with ``newest`` last: one nox ``cell(...)`` session each."""
+        seen = list(dict.fromkeys(c.environment for c in self.cells))
+        return [e for e in seen if e != NEWEST] + [e for e in seen if e == NEWEST]
+
+    def cells_in(self, environment: str) -> list[Cell]:
+        return [c for c in self.cells if c.environment == environment]
 
     def cells_for(self, release: str) -> list[Cell]:
         return [c for c in self.cells if c.flashinfer == release]
@@ -163,6 +181,8 @@ _CELL_KEYS = {
     "imports",
     "why",
     "known_failures",
+    "dsl",
+    "tests",
 }
 
 
@@ -314,6 +334,12 @@ def parse(data: Mapping[str, Any], source: str = "<matrix>") -> Matrix:
             if not str(item["why"]).strip():
                 raise MatrixError(f"{spot}: say why it fails here")
             known.append(KnownFailure(str(item["test"]), str(item["why"]).strip()))
+        dsl = str(raw.get("dsl", ""))
+        if dsl:
+            _check_release(dsl, f"{where}: dsl")
+        tests = raw.get("tests", [])
+        if not isinstance(tests, list) or not all(isinstance(t, str) and t for t in tests):
+            raise MatrixError(f"{where}: tests is a list of test paths")
         cells.append(
             Cell(
                 id=cell_id,
@@ -324,6 +350,8 @@ def parse(data: Mapping[str, Any], source: str = "<matrix>") -> Matrix:
                 imports=bool(raw.get("imports", True)),
                 why=str(raw.get("why", "")).strip(),
                 known_failures=tuple(known),
+                dsl=dsl,
+                tests=tuple(tests),
             )
         )
     if not cells:

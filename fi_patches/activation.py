@@ -11,6 +11,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from fi_patches import _import_hooks
 from fi_patches._logging import get_logger
 from fi_patches.internals.flashinfer import FLASHINFER
 
@@ -82,9 +83,7 @@ def enable() -> None:
             _apply()  # imported already (the start-up hook calls this just after the import)
         elif not _state.hook_registered:
             _state.hook_registered = True
-            import wrapt  # only here: its hook machinery imports asyncio and importlib.metadata
-
-            wrapt.register_post_import_hook(_apply, FLASHINFER.module)
+            _import_hooks.when_imported(FLASHINFER.module, _apply)
 
 
 def disable() -> None:

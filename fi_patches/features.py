@@ -52,6 +52,7 @@ WIDE_TILE = Feature(
     self_check="fi_patches.self_checks:wide_tile",
     sections=("wide",),
     checker="fi_patches.pinning.validate:check_wide",
+    compiled_check="fi_patches.self_checks:wide_tile_compiled",
 )
 
 PRESEED = Feature(

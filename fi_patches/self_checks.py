@@ -1,6 +1,7 @@
 """Each feature's behavioural self-check, run once per process after its probes pass: the
 patched FlashInfer must behave as the feature needs on the target device, else the feature is
-off with the reason (see :mod:`fi_patches.features`)."""
+off with the reason (see :mod:`fi_patches.features`). All are cheap and never cached, except
+:func:`wide_tile_compiled`, which compiles a kernel and whose outcome is kept on disk."""
 
 from __future__ import annotations
 
@@ -101,8 +102,18 @@ WIDE_CHECK_TILE = 16
 
 
 def wide_tile(device: Device) -> str | None:
+    """FlashInfer's kernel class accepts a wide tactic for a 7168x1536 weight at a 16-row tile
+    on the device (the cheap part, run in every process)."""
+    from fi_patches.wide.tactics import wide_tactics
+
+    if not wide_tactics(7168, 1536, WIDE_CHECK_TILE, arch=f"{device.arch}a"):
+        return f"no valid wide tactic for a 7168x1536 weight at tile {WIDE_CHECK_TILE}"
+    return None
+
+
+def wide_tile_compiled(device: Device) -> str | None:
     """FlashInfer's kernel class, subclassed, compiles a 16-row tile for the device, and its PTX
-    issues the MMA with N = 16 and keeps the PDL ordering."""
+    issues the MMA with N = 16 and keeps the PDL ordering (cached: a compile)."""
     from fi_patches.wide.compile import compile_wide
     from fi_patches.wide.idesc import descriptors
     from fi_patches.wide.pdl import pdl_order

@@ -291,10 +291,10 @@ def test_with_the_variable_the_hook_imports_nothing_heavy_until_flashinfer(
         "import sys; heavy = ('wrapt', 'asyncio', 'importlib.metadata', 'torch', 'flashinfer', "
         "'fi_patches.activation', 'fi_patches.compat'); "
         "print(sorted(m for m in sys.modules if m.startswith(heavy))); "
-        "print([type(f).__name__ for f in sys.meta_path if type(f).__module__ == 'fi_patches.startup']); "
+        "print([type(f).__name__ for f in sys.meta_path if type(f).__module__ == 'fi_patches._import_hooks']); "
         "import flashinfer; "
-        "print([type(f).__name__ for f in sys.meta_path if type(f).__module__ == 'fi_patches.startup']); "
-        "print(type(flashinfer.__loader__).__module__ != 'fi_patches.startup', flashinfer.__spec__.loader is flashinfer.__loader__, "
+        "print([type(f).__name__ for f in sys.meta_path if type(f).__module__ == 'fi_patches._import_hooks']); "
+        "print(type(flashinfer.__loader__).__module__ != 'fi_patches._import_hooks', flashinfer.__spec__.loader is flashinfer.__loader__, "
         "'wrapt' in sys.modules)"
     )
     result = run(installed_python, ["python", "-c", code], tmp_path, FI_PATCHES_AUTO="1")
@@ -322,7 +322,7 @@ def test_the_wheel_ships_its_data_files(installed_python):
     assert example == (EXAMPLES / "deepseek_v3_tp4.toml").read_text()
 
 
-def test_the_wheel_ships_the_license_and_needs_only_wrapt_packaging_and_tomli_before_3_11(
+def test_the_wheel_ships_the_license_and_needs_only_packaging_and_tomli_before_3_11(
     installed_python,
 ):
     with zipfile.ZipFile(_wheel(installed_python)) as wheel:
@@ -341,13 +341,13 @@ def test_the_wheel_ships_the_license_and_needs_only_wrapt_packaging_and_tomli_be
         for line in lines
         if line.startswith("Requires-Dist:") and "extra ==" not in line
     )
-    assert base == ["packaging>=23", 'tomli>=1.1; python_version < "3.11"', "wrapt>=1.14"]
+    assert base == ["packaging>=23", 'tomli>=1.1; python_version < "3.11"']
 
 
 def test_installing_the_wheel_on_a_serving_host_keeps_its_torch_and_flashinfer(
     installed_python, tmp_path
 ):
-    """A host that has torch, FlashInfer, wrapt and packaging (this test environment minus
+    """A host that has torch, FlashInfer and packaging (this test environment minus
     fi_patches): pip's resolver, in a dry run, would install fi_patches alone."""
     host_site = tmp_path / "host-site"
     host_site.mkdir()

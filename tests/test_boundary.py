@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "fi_patches"
 BOUNDARY = PACKAGE / "internals"
 FOREIGN = ("flashinfer", "vllm")
 MODULE_PATH = re.compile(r"^(flashinfer|vllm)\.\w+(\.\w+)*(:\w+)?$")
-IMPORTERS = ("import_module", "__import__", "find_spec", "register_post_import_hook")
+IMPORTERS = ("import_module", "__import__", "find_spec", "when_imported")
 
 
 def _modules() -> list[Path]:

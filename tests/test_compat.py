@@ -156,7 +156,31 @@ def test_status_reports_a_table_chosen_on_another_device(sm103, tmp_path, monkey
     monkeypatch.setenv("FI_PATCHES_PINS", str(path))
     record = {r.name: r for r in fi_patches.status()}["pinned_tactics"]
     assert record.pins == (
-        f"1 low_latency pins from {path} skipped: pins in {path} were chosen on sm_100; "
+        f"1 [[low_latency]] entries from {path} skipped: pins in {path} were chosen on sm_100; "
+        "this device is sm_103"
+    )
+
+
+def test_status_judges_a_lockfile_of_a_feature_of_any_device_against_the_target_device(
+    tmp_path, monkeypatch
+):
+    """``pinned_ops`` runs on any device, so its record's device says "any"; whether its
+    ``[[pin]]`` entries apply is still decided by the device they would run on."""
+    flashinfer_or_skip()
+    path = tmp_path / "lock.toml"
+    path.write_text(
+        "[meta]\ndevice = 'sm_90'\nflashinfer = '>=0.7'\n"
+        "[[pin]]\nop = 'bf16_gemm'\nrunner = 'CublasltBf16GemmRunner'\n"
+        "shapes = [['rows', 64], [64, 32]]\nmin_rows = 1\nmax_rows = 8\ntactic = 1\n"
+    )
+    monkeypatch.setenv("FI_PATCHES_PINS", str(path))
+    monkeypatch.setenv("FI_PATCHES_DEVICE", "sm_90")
+    record = {r.name: r for r in fi_patches.status()}["pinned_ops"]
+    assert record.pins == f"1 [[pin]] entries from {path}"
+    monkeypatch.setenv("FI_PATCHES_DEVICE", "sm_103")
+    record = {r.name: r for r in fi_patches.status()}["pinned_ops"]
+    assert record.pins == (
+        f"1 [[pin]] entries from {path} skipped: pins in {path} were chosen on sm_90; "
         "this device is sm_103"
     )
 
@@ -165,7 +189,7 @@ def test_doctor_prints_a_table_and_json_and_exits_zero(capsys):
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
     header = out.splitlines()[0].split()
-    assert header == ["feature", "state", "flashinfer", "device", "reason"]
+    assert header == ["feature", "state", "flashinfer", "in", "matrix", "device", "reason"]
     assert "pinned_tactics" in out
     assert main(["doctor", "--json"]) == 0
     records = json.loads(capsys.readouterr().out)

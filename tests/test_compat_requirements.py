@@ -1,5 +1,5 @@
 """A feature's dependency on a package other than FlashInfer (the vLLM features' on vLLM),
-checked with FlashInfer's gates, against real installed distributions (``wrapt``, a dependency
+checked with FlashInfer's gates, against real installed distributions (``packaging``, a dependency
 of fi_patches, stands in for vLLM)."""
 
 from __future__ import annotations
@@ -16,11 +16,13 @@ from fi_patches.compat.feature import Feature
 from fi_patches.internals import Dependency
 from fi_patches.internals.flashinfer import FLASHINFER
 
-WRAPT = Version(importlib.metadata.version("wrapt"))
+PACKAGING = Version(importlib.metadata.version("packaging"))
 
 
-def wrapt(verified: str) -> Dependency:
-    return Dependency("wrapt", "wrapt", SpecifierSet(verified), "wrapt")
+def packaging_dist(verified: str, releases: tuple[str, ...] = (str(PACKAGING),)) -> Dependency:
+    return Dependency(
+        "packaging", "packaging", SpecifierSet(verified), "packaging", releases=releases
+    )
 
 
 def passing_check(device: Device) -> str | None:
@@ -46,20 +48,23 @@ def feature(requires, self_check="passing_check", devices=()) -> Feature:
 @pytest.mark.parametrize(
     ("verified", "reason"),
     [
-        (f"=={WRAPT}", None),
+        (f"=={PACKAGING}", None),
         (
             "<=1.0",
-            f"wrapt {WRAPT} is newer than the verified range <=1.0 "
+            f"packaging {PACKAGING} is newer than the verified range <=1.0 "
             "(all 0 probes pass; set FI_PATCHES_ALLOW_UNVERIFIED=1 to enable it).",
         ),
-        (f">{WRAPT}", f"wrapt {WRAPT} is outside the verified range >{WRAPT} (all 0 probes pass)."),
+        (
+            f">{PACKAGING}",
+            f"packaging {PACKAGING} is outside the verified range >{PACKAGING} (all 0 probes pass).",
+        ),
     ],
 )
 def test_a_dependency_is_gated_like_flashinfer(verified, reason):
-    dependency = wrapt(verified)
+    dependency = packaging_dist(verified)
     checked = check_dependency(feature((dependency,)), dependency)
     assert checked.problem == reason
-    assert checked.version == WRAPT
+    assert checked.version == PACKAGING
 
 
 def test_a_missing_distribution_and_an_allowed_newer_one(monkeypatch):
@@ -68,25 +73,48 @@ def test_a_missing_distribution_and_an_allowed_newer_one(monkeypatch):
         "Nothing (no-such-dist) is not installed."
     )
     monkeypatch.setenv("FI_PATCHES_ALLOW_UNVERIFIED", "1")
-    newer = wrapt("<=1.0")
+    newer = packaging_dist("<=1.0")
     checked = check_dependency(feature((newer,)), newer)
     assert checked.problem is None and checked.unverified
 
 
 def test_a_feature_without_flashinfer_or_device_is_decided_by_its_dependency(monkeypatch):
-    ok = evaluate(feature((wrapt(f"=={WRAPT}"),)), None)
+    ok = evaluate(feature((packaging_dist(f"=={PACKAGING}"),)), None)
     assert ok.enabled
-    assert ok.reason == f"wrapt {WRAPT} is verified; 0 probes and the self-check pass."
-    assert (ok.flashinfer, ok.device, ok.verified) == ("-", "any", f"wrapt=={WRAPT}")
-    bad = evaluate(feature((wrapt(f"=={WRAPT}"),), "failing_check"), None)
+    assert ok.reason == f"packaging {PACKAGING} is verified; 0 probes and the self-check pass."
+    assert (ok.flashinfer, ok.device, ok.verified) == ("-", "any", f"packaging=={PACKAGING}")
+    bad = evaluate(feature((packaging_dist(f"=={PACKAGING}"),), "failing_check"), None)
     assert not bad.enabled
-    assert bad.reason == f"self-check failed on wrapt {WRAPT}: it misbehaves"
+    assert bad.reason == f"self-check failed on packaging {PACKAGING}: it misbehaves"
     monkeypatch.setenv("FI_PATCHES_ALLOW_UNVERIFIED", "1")
-    newer = evaluate(feature((wrapt("<=1.0"),)), None)
+    newer = evaluate(feature((packaging_dist("<=1.0"),)), None)
     assert newer.enabled
     assert newer.reason == (
-        f"wrapt {WRAPT} is unverified (verified: <=1.0); enabled by "
+        f"packaging {PACKAGING} is unverified (verified: <=1.0); enabled by "
         "FI_PATCHES_ALLOW_UNVERIFIED=1 because all 0 probes and the self-check pass."
+    )
+
+
+def test_a_release_in_the_range_that_no_matrix_cell_ran_says_so():
+    below = f"{PACKAGING.major}.{PACKAGING.minor}.{PACKAGING.micro}rc1"  # listed releases around it
+    above = f"{PACKAGING.major + 1}.0"
+    inside = packaging_dist(
+        f">={below},<={above}", releases=(below, above, f"{PACKAGING.major + 2}.0")
+    )
+    record = evaluate(feature((inside,)), None)
+    assert record.enabled and not record.in_matrix
+    assert record.reason == (
+        f"packaging {PACKAGING} is not in the compat matrix; between verified {below} and {above}; "
+        "0 probes and the self-check pass."
+    )
+    listed = evaluate(
+        feature((packaging_dist(f">={below},<={above}", releases=(str(PACKAGING),)),)), None
+    )
+    assert listed.enabled and listed.in_matrix
+    assert listed.reason == f"packaging {PACKAGING} is verified; 0 probes and the self-check pass."
+    alone = evaluate(feature((packaging_dist(f"=={PACKAGING}", releases=()),)), None)
+    assert alone.reason.startswith(
+        f"packaging {PACKAGING} is not in the compat matrix; no release of "
     )
 
 

@@ -86,6 +86,26 @@ def test_a_newer_release_is_disabled_unless_allowed(tmp_path):
     )
 
 
+def test_a_release_no_matrix_cell_ran_is_enabled_and_says_so(tmp_path):
+    from fi_patches.internals.flashinfer import FLASHINFER
+
+    assert "0.7.3" not in FLASHINFER.releases  # vLLM 0.34.0's pin, never on this registry
+    record = doctor(tmp_path, "healthy", version="0.7.3")
+    count = len(feature("pinned_tactics").internals())
+    assert record["enabled"] and record["in_matrix"] is False
+    assert record["reason"] == (
+        "FlashInfer 0.7.3 is not in the compat matrix; between verified 0.7.2.post1 and 0.7.4; "
+        f"{count} probes and the self-check pass."
+    )
+    root = write_fake(tmp_path / "table", "healthy", "0.7.3")
+    table = run_fi_patches(["doctor"], root, {"FI_PATCHES_DEVICE": "sm_103"}).stdout
+    assert table.splitlines()[0].split()[:5] == ["feature", "state", "flashinfer", "in", "matrix"]
+    row = next(line for line in table.splitlines() if line.startswith("pinned_tactics "))
+    assert row.split()[1:4] == ["enabled", "0.7.3", "no"]
+    listed = doctor(tmp_path / "listed", "healthy", version="0.7.4")
+    assert listed["in_matrix"] is True and "FlashInfer 0.7.4 is verified" in listed["reason"]
+
+
 @pytest.mark.parametrize(
     ("version", "where"), [("0.7.5rc1", "newer than"), ("0.7.4rc1", "outside")]
 )
@@ -104,7 +124,7 @@ def test_an_unverified_release_with_a_broken_internal_stays_disabled_when_allowe
 
 
 def test_without_flashinfer_fi_patches_imports_and_reports(tmp_path):
-    site = isolated_site(tmp_path, ["fi_patches", "wrapt", "packaging"])
+    site = isolated_site(tmp_path, ["fi_patches", "packaging"])
     result = run_cli(site, ["doctor", "--json"], tmp_path)
     assert result.returncode == 0, result.stderr
     records = {r["name"]: r for r in json.loads(result.stdout)}

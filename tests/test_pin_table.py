@@ -7,6 +7,7 @@ import json
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from packaging.version import Version
 
 from fi_patches.pins import PinTable, PinTableError
 
@@ -127,6 +128,26 @@ def test_meta_is_required_and_checked():
     assert any("flashinfer = '0.7.4!': '0.7.4!' is not a version specifier" in p for p in found)
     assert any("schema = 2: this fi_patches reads schema 1" in p for p in found)
     assert any("color = 1: is not a known field" in p for p in found)
+
+
+@pytest.mark.parametrize("any_release", ["*", "", " * "])
+def test_flashinfer_star_or_empty_means_any_release(tmp_path, any_release):
+    path = tmp_path / "pins.toml"
+    path.write_text(
+        f'[meta]\ndevice = "*"\nflashinfer = "{any_release}"\n\n'
+        "[[low_latency]]\nn = 7168\nk = 1536\nmax_rows = 8\ntactic = [128, 8, 1, 1]\n"
+    )
+    table = PinTable.from_file(path)
+    for release in ("0.6.0", "0.7.4", "0.7.5rc1", "1.0.0"):
+        assert table.other_release(Version(release)) is None, release
+    again = PinTable.from_mapping(json.loads(json.dumps(table.to_mapping())))
+    assert again.meta.flashinfer == table.meta.flashinfer
+    assert table.low_latency_tactic(7168, 1536, 8) == (128, 8, 1, 1)
+    refused = problems({"meta": {"device": "*", "flashinfer": "**"}})
+    assert refused == [
+        "<test>: [meta]: flashinfer = '**': '**' is not a version specifier such as "
+        "'>=0.7.0,<=0.7.4', or '*' for any release"
+    ]
 
 
 def test_unknown_sections_and_wrong_shapes():

@@ -226,7 +226,6 @@ def test_disabled_feature_yields_does_nothing_and_warns_once(caplog):
         "meta": {"device": "sm_103", "flashinfer": ">=0.7.0"},
         "low_latency": [{"n": N, "k": K, "min_rows": 5, "max_rows": 8, "tactic": [128, 8, 1, 1]}],
     }
-    record = fi_patches.status_of("pinned_tactics") if hasattr(fi_patches, "status_of") else None
     from fi_patches.compat import status_of
 
     record = status_of("pinned_tactics")

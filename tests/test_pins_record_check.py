@@ -12,6 +12,7 @@ from fi_patches.cli import main
 from fi_patches.pins import PinTable
 from fi_patches.pins.record import from_tuner, parse_file_key, read_cache, to_table
 from tests import cutedsl, lowlat
+from tests.conftest import flashinfer_or_skip
 from tests.mxfp8_inputs import Mxfp8Problem
 
 N, K = lowlat.SHAPE
@@ -156,6 +157,21 @@ def test_check_reports_each_entry_and_exits_by_the_worst(pinning, tmp_path, caps
     assert "meta: OK" in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("any_release", ["*", ""])
+def test_check_reads_flashinfer_star_or_empty_as_any_release(
+    pinning, tmp_path, capsys, any_release
+):
+    path = tmp_path / "pins.toml"
+    path.write_text(
+        f'[meta]\ndevice = "sm_103"\nflashinfer = "{any_release}"\n\n'
+        f"[[low_latency]]\nn = {N}\nk = {K}\nmin_rows = 5\nmax_rows = 8\n"
+        f"tactic = {list(lowlat.non_split_alternative(N, K, 8))}\n"
+    )
+    assert main(["pins", "check", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "FlashInfer any" in out and "meta: OK" in out
+
+
 def test_check_flags_a_table_from_another_device(pinning, tmp_path, capsys):
     path = tmp_path / "pins.json"
     path.write_text(json.dumps({"meta": {"device": "sm_100", "flashinfer": ">=0.7"}}))
@@ -181,3 +197,37 @@ def test_check_of_a_broken_file_exits_one(tmp_path, capsys):
     path.write_text("[meta\n")
     assert main(["pins", "check", str(path)]) == 1
     assert "TOML" in capsys.readouterr().out
+
+
+def test_check_of_a_lockfile_finds_runners_and_ops_and_leaves_tactics_to_the_tuner(
+    tmp_path, capsys
+):
+    """A ``[[pin]]``'s runner and op are FlashInfer's or the entry is invalid; its tactic can
+    be listed only by the tuner on the op's real inputs, so ``pins check`` says unchecked (exit
+    3) with that reason, and doctor still counts the entry as applied."""
+    flashinfer_or_skip()
+    from fi_patches.pins.check import pins_per_op
+
+    body = (
+        "[meta]\ndevice = '*'\nflashinfer = '>=0.7'\n"
+        "[[pin]]\nop = 'bf16_gemm'\nrunner = 'CublasltBf16GemmRunner'\n"
+        "shapes = [['rows', 4096], [4096, 7168]]\nmin_rows = 1\nmax_rows = 16\ntactic = 3\n"
+    )
+    path = tmp_path / "lock.toml"
+    path.write_text(body)
+    assert main(["pins", "check", str(path)]) == 3
+    out = capsys.readouterr().out
+    assert "unchecked  runner and op found in FlashInfer" in out
+    assert "whether tactic 3 is in the runner's own list" in out
+    [ops] = pins_per_op(PinTable.from_file(path))
+    assert (ops.op, ops.entries, ops.applied, ops.invalid, ops.unchecked) == (
+        "bf16_gemm",
+        1,
+        1,
+        0,
+        1,
+    )
+
+    path.write_text(body.replace("CublasltBf16GemmRunner", "CublasltBf16GemmRunnerGone"))
+    assert main(["pins", "check", str(path)]) == 1
+    assert "runner = 'CublasltBf16GemmRunnerGone': is not a runner class" in capsys.readouterr().out

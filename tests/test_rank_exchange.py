@@ -92,20 +92,36 @@ def view(size: int, global_ranks: tuple[int, ...] | None = None) -> GroupView:
 def test_the_mismatch_report_lists_who_holds_what_per_field() -> None:
     common = (("fi_patches", "0.1.0"), ("device", "sm_103"))
     prints = [Fingerprint(common) for _ in range(3)]
-    prints.append(Fingerprint((("fi_patches", "0.1.0"), ("device", "sm_100"), ("env.X", "1"))))
-    found = differences(prints)
+    prints.append(
+        Fingerprint(
+            (("fi_patches", "0.1.0"), ("device", "sm_100"), ("flashinfer", "0.7.4")),
+            (("env.X", "1"),),
+        )
+    )
+    found, information = differences(prints), differences(prints, info=True)
     assert found == {
         "device": {"sm_103": (0, 1, 2), "sm_100": (3,)},
-        "env.X": {ABSENT: (0, 1, 2), "1": (3,)},
+        "flashinfer": {ABSENT: (0, 1, 2), "0.7.4": (3,)},
     }
-    text = mismatch_message(view(4, (4, 5, 6, 7)), found)
+    assert information == {"env.X": {ABSENT: (0, 1, 2), "1": (3,)}}
+    text = mismatch_message(view(4, (4, 5, 6, 7)), found, information)
     lines = text.splitlines()
     assert "the 4 ranks of process group 'tp' disagree on 2 fields" in lines[0]
     assert lines[1] == (
         "  device: ranks 0 (global 4), 1 (global 5), 2 (global 6) have 'sm_103'; "
         "rank 3 (global 7) has 'sm_100'"
     )
-    assert lines[2].startswith("  env.X: ranks 0 (global 4), 1 (global 5), 2 (global 6) have")
+    assert lines[2].startswith("  flashinfer: ranks 0 (global 4), 1 (global 5), 2 (global 6) have")
+    assert lines[3].startswith("Also different, for information")
+    assert lines[4].startswith("  env.X: ranks 0 (global 4), 1 (global 5), 2 (global 6) have")
+
+
+def test_information_fields_travel_but_are_not_compared() -> None:
+    one = Fingerprint((("device", "sm_103"),), (("env.FI_PATCHES_CACHE_DIR", "/node0"),))
+    other = Fingerprint((("device", "sm_103"),), (("env.FI_PATCHES_CACHE_DIR", "/node1"),))
+    assert Fingerprint.from_bytes(other.to_bytes()) == other
+    assert differences([one, other]) == {} and one.digest == other.digest
+    assert other["env.FI_PATCHES_CACHE_DIR"] == "/node1"
 
 
 def test_an_invalid_default_table_is_a_fingerprint_value_not_a_crash(

@@ -22,7 +22,7 @@ WORLD = 4
 LIMIT = 300.0  # seconds for the whole group; the scenarios take well under a minute
 
 BODY = """
-import importlib, time, traceback
+import importlib, shutil, time, traceback
 from contextlib import nullcontext
 import pytest, torch
 from tests import simulation
@@ -49,7 +49,7 @@ def outcome(call):
     except RankMismatchError as exc:
         return {{
             "raised": type(exc).__name__, "message": str(exc), "fields": sorted(exc.differences),
-            "missing": list(exc.missing), "lists": {{str(r): l for r, l in getattr(exc, "lists", {{}}).items()}},
+            "missing": list(exc.missing), "information": sorted(getattr(exc, "information", {{}})), "lists": {{str(r): l for r, l in getattr(exc, "lists", {{}}).items()}},
             "seconds": time.monotonic() - start,
         }}
     except Exception as exc:
@@ -122,6 +122,29 @@ def auto_off():
 
 results["auto_off"] = outcome(auto_off)
 results["auto_back"] = outcome(guard)
+
+
+def moved(odd_rank):
+    # Each rank reads its tables from a path of its own and keeps its self-check outcomes in a
+    # per-node FI_PATCHES_CACHE_DIR; the odd rank's block holds other content (table A's).
+    folder = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"moved{{RANK}}")
+    os.makedirs(folder, exist_ok=True)
+    default = os.environ["FI_PATCHES_PINS"]
+    copy = shutil.copy(default, os.path.join(folder, "pins.toml"))
+    block = shutil.copy(default if RANK == odd_rank else OTHER, os.path.join(folder, "block.toml"))
+    os.environ.update(FI_PATCHES_PINS=copy, FI_PATCHES_CACHE_DIR=os.path.join(folder, "cache"))
+    fi_patches.refresh()
+    try:
+        with fi_patches.pinned_tactics(block):
+            return guard()
+    finally:
+        os.environ["FI_PATCHES_PINS"] = default
+        del os.environ["FI_PATCHES_CACHE_DIR"]
+        fi_patches.refresh()
+
+
+results["moved"] = outcome(lambda: moved(None))
+results["moved_other_content"] = outcome(lambda: moved(3))
 
 
 def automatic(odd_rank):
@@ -270,6 +293,23 @@ def test_one_differing_rank_raises_on_every_rank_naming_it(ranks, name, rank, fi
     line = next(ln for ln in found[0]["message"].splitlines() if ln.strip().startswith(field + ":"))
     others = ", ".join(str(r) for r in range(WORLD) if r != rank)
     assert f"ranks {others} have" in line and f"rank {rank} has" in line
+
+
+@pytest.mark.simulated
+def test_table_paths_and_cache_dirs_per_rank_are_information_not_a_mismatch(ranks):
+    moved = scenario(ranks, "moved")
+    assert all(m.get("passed") for m in moved), moved
+    prints = [m["value"] for m in moved]
+    assert len({p["pins.active.sha256"] for p in prints}) == 1  # one content on every rank
+    for field in ("pins.active.source", "pins.default.source", "env.FI_PATCHES_CACHE_DIR"):
+        assert len({p[field] for p in prints}) == WORLD, field  # a path of each rank's own
+    other = scenario(ranks, "moved_other_content")
+    assert all(f.get("raised") == "RankMismatchError" for f in other), other
+    assert other[0]["fields"] == ["pins.active.sha256"]
+    assert "env.FI_PATCHES_CACHE_DIR" in other[0]["information"]
+    line = next(ln for ln in other[0]["message"].splitlines() if "pins.active.sha256:" in ln)
+    assert "ranks 0, 1, 2 have" in line and "rank 3 has" in line
+    assert "for information" in other[0]["message"]
 
 
 @pytest.mark.simulated

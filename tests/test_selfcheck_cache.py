@@ -1,6 +1,8 @@
-"""Self-check outcomes kept on disk (``fi_patches.compat.selfcheck_cache``): a second process
-reuses them, a corrupt file is rebuilt, a changed key misses, ``doctor --fresh`` bypasses the
-cache. Each process is a real ``python -m fi_patches -v doctor --json`` with the real FlashInfer
+"""Compiled self-check outcomes kept on disk (``fi_patches.compat.selfcheck_cache``): a second
+process reuses them, a corrupt file is rebuilt, a changed key (another device, an edited
+FlashInfer source file) misses, ``doctor --fresh`` bypasses the cache, and the cheap self-checks
+run in every process, so a FlashInfer patched in memory is judged as it is even with the cache
+warm. Each process is a real ``python -m fi_patches -v doctor --json`` with the real FlashInfer
 targeting sm_103 offline; what it did is read from its log and from the cache files."""
 
 from __future__ import annotations
@@ -20,20 +22,35 @@ from fi_patches.compat import selfcheck_cache
 from fi_patches.internals import flashinfer as fi
 from tests.conftest import require_release_supports
 
-FEATURES = tuple(f.name for f in fi_patches.features.FEATURES if f.requires == (fi.FLASHINFER,))
-"""The features whose self-checks run here (the vLLM ones stop earlier, without vLLM)."""
-ON_DEVICE = tuple(
-    f.name for f in fi_patches.features.FEATURES if f.requires == (fi.FLASHINFER,) and f.devices
+FEATURES = tuple(
+    f.name
+    for f in fi_patches.features.FEATURES
+    if f.requires == (fi.FLASHINFER,) and f.compiled_check
 )
-"""The features judged for a device (the others need none: their key holds no arch)."""
+"""The features with a compiled (cached) check that runs here (the vLLM ones stop earlier)."""
+ON_DEVICE = tuple(f.name for f in fi_patches.features.FEATURES if f.name in FEATURES and f.devices)
+"""The cached features judged for a device (the others need none: their key holds no arch)."""
+CHEAP = tuple(
+    f.name
+    for f in fi_patches.features.FEATURES
+    if f.requires == (fi.FLASHINFER,) and not f.compiled_check
+)
+"""The features whose only self-check is cheap: it runs in every process, never kept."""
 COMPILED = "compiled wide kernel tile 16"  # fi_patches.wide.compile's log line: a real compile
 
 
-def doctor(cache: Path, *args: str, device: str = "sm_103") -> tuple[dict, str]:
+def doctor(
+    cache: Path, *args: str, device: str = "sm_103", before: str = "", path: str = ""
+) -> tuple[dict, str]:
+    """doctor in a fresh process; ``before`` is code a consumer runs first (in that process),
+    ``path`` goes first on ``PYTHONPATH``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FI_PATCHES_")}
     env.update(FI_PATCHES_DEVICE=device, FI_PATCHES_CACHE_DIR=str(cache))
+    if path:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [path, env.get("PYTHONPATH")]))
+    main = "import sys, fi_patches.cli; raise SystemExit(fi_patches.cli.main(sys.argv[1:]))"
     result = subprocess.run(
-        [sys.executable, "-m", "fi_patches", "-v", "doctor", "--json", *args],
+        [sys.executable, "-c", f"{before}\n{main}", "-v", "doctor", "--json", *args],
         capture_output=True,
         text=True,
         env=env,
@@ -104,23 +121,34 @@ def test_a_second_process_reuses_every_outcome(cold, warm):
     assert {name: path.stat().st_mtime_ns for name, path in files(warm).items()} == before
 
 
-def test_a_corrupt_file_is_rebuilt_and_a_file_of_another_key_is_not_trusted(cold, warm):
+def test_a_corrupt_file_is_rebuilt(cold, warm):
     broken = files(warm)["wide_tile"]
     broken.write_text('{"key": {"feature": "wide_ti')  # as a killed writer might leave it
-    foreign = files(warm)["pinned_tactics"]  # as if written under another torch at this path
-    data = json.loads(foreign.read_text())
-    data["key"]["versions"]["torch"] = "0.0.0"
-    data["passed"], data["outcome"] = False, "recorded under another torch"
-    foreign.write_text(json.dumps(data))
     records, log = doctor(warm)
     assert f"self-check cache {broken} is unreadable" in log
-    assert f"self-check cache {foreign} does not match this key" in log
-    assert stored(log) == {"wide_tile", "pinned_tactics"}
-    assert reused(log) == set(FEATURES) - {"wide_tile", "pinned_tactics"}
+    assert stored(log) == {"wide_tile"}
     assert COMPILED in log
     assert records == cold[1]
     assert json.loads(broken.read_text())["passed"] is records["wide_tile"][0]
-    assert json.loads(foreign.read_text())["key"]["versions"]["torch"] != "0.0.0"
+
+
+def test_a_file_of_another_key_is_not_trusted(tmp_path, monkeypatch, caplog):
+    from fi_patches.compat.device import Device
+
+    monkeypatch.setenv(selfcheck_cache.ENV, str(tmp_path))
+    device = Device("sm_103", "env", "FI_PATCHES_DEVICE=sm_103")
+    entry = selfcheck_cache.key("wide_tile", "m:f", device, (), ("flashinfer",))
+    path = selfcheck_cache.path_for(entry)
+    entry["versions"]["torch"] = "0.0.0"  # as if written under another torch at this path
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({"key": entry, "passed": False, "outcome": "another torch"}))
+    with caplog.at_level(logging.INFO, logger="fi_patches"):
+        outcome = selfcheck_cache.outcome(
+            "wide_tile", "m:f", device, (), lambda: None, ("flashinfer",)
+        )
+    assert outcome is None
+    assert f"self-check cache {path} does not match this key" in caplog.text
+    assert json.loads(path.read_text())["key"]["versions"]["torch"] != "0.0.0"
 
 
 def test_another_device_is_another_key(cold, warm):
@@ -180,3 +208,73 @@ def test_an_outcome_that_raised_is_not_kept(tmp_path, monkeypatch):
     assert not list(tmp_path.rglob("*.json"))
     assert selfcheck_cache.outcome("wide_tile", "m:f", device, probes, lambda: "no") == "no"
     assert selfcheck_cache.outcome("wide_tile", "m:f", device, probes, lambda: None) == "no"
+
+
+BREAK_RUNNER = """
+import flashinfer.gemm.gemm_base as gemm_base
+from fi_patches.internals import flashinfer as fi
+
+factory = getattr(gemm_base, fi.LOW_LATENCY_RUNNER.attr)
+runner_class = type(factory(103, True))
+
+
+def get_valid_tactics(self, inputs, profile):
+    {body}
+
+
+runner_class.get_valid_tactics = get_valid_tactics
+"""
+"""What a consumer might do to FlashInfer in memory before fi_patches looks: its low-latency
+runner's ``get_valid_tactics`` raises or returns None (the factory's class is one per process
+from 0.7.4 on, where ``lru_cache`` holds it)."""
+
+
+@pytest.mark.parametrize("body", ["return None", "raise RuntimeError('patched by a consumer')"])
+def test_a_flashinfer_patched_in_memory_is_judged_here_with_the_cache_warm(cold, warm, body):
+    assert cold[1]["pinned_tactics"][0]  # the earlier process found it healthy
+    if type(fi.low_latency_runner(103, True)) is not type(fi.low_latency_runner(103, True)):
+        pytest.skip("this FlashInfer builds its low-latency runner class per call")
+    records, log = doctor(warm, before=BREAK_RUNNER.format(body=body))
+    assert reused(log) == set(FEATURES)  # the cache is on and warm
+    enabled, reason = records["pinned_tactics"]
+    assert not enabled
+    assert reason.startswith("self-check failed on FlashInfer "), reason
+    assert ("RuntimeError: patched by a consumer" in reason) or ("NoneType" in reason), reason
+    assert records["wide_tile"] == cold[1]["wide_tile"]  # not what the runner patch touches
+
+
+def _copy_of_flashinfer(root: Path) -> Path:
+    """A site dir holding a copy of the installed FlashInfer's Python sources (its other files
+    linked), to edit as a patched or editable install would be."""
+    import flashinfer
+
+    source = Path(flashinfer.__file__).parent
+    site = root / "site"
+
+    def copy(src: str, dst: str) -> None:
+        if src.endswith(".py"):
+            shutil.copy2(src, dst)
+        else:
+            os.symlink(src, dst)
+
+    shutil.copytree(source, site / "flashinfer", copy_function=copy)
+    return site
+
+
+def test_an_edited_flashinfer_source_file_is_checked_again(tmp_path):
+    for feature in FEATURES:
+        require_release_supports(feature)
+    site = _copy_of_flashinfer(tmp_path)
+    cache = tmp_path / "cache"
+    _, log = doctor(cache, path=str(site))
+    assert stored(log) == set(FEATURES) and COMPILED in log
+    module = fi.LOW_LATENCY_KERNEL.module
+    edited = site / Path(*module.split(".")).with_suffix(".py")
+    data = json.loads(files(cache)["wide_tile"].read_text())
+    assert data["key"]["sources"][module].startswith(f"{edited}:")
+    edited.write_text(edited.read_text() + "\n# patched in place, same version\n")
+    _, again = doctor(cache, path=str(site))
+    assert stored(again) == set(FEATURES) and reused(again) == set()
+    assert COMPILED in again
+    _, third = doctor(cache, path=str(site))
+    assert reused(third) == set(FEATURES) and COMPILED not in third

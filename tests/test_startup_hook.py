@@ -1,4 +1,4 @@
-"""The start-up hook's own post-import finder (``fi_patches.startup``), and ``python -m
+"""fi_patches' post-import hooks (``fi_patches._import_hooks``, which the start-up hook uses), and ``python -m
 fi_patches hook install|uninstall|status`` in an editable install (the README's quick start),
 where no ``.pth`` comes with the package.
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from fi_patches import startup
+from fi_patches import _import_hooks, startup
 from tests import lowlat
 
 N, K = lowlat.SHAPE
@@ -36,19 +36,34 @@ def on_path(tmp_path, monkeypatch):
     yield tmp_path
     for name in [m for m in sys.modules if m.startswith("fi14_")]:
         del sys.modules[name]
-    startup.remove()
+    for name, hook in list(HOOKS):
+        _import_hooks.discard(name, hook)
+    HOOKS.clear()
+
+
+HOOKS: list = []
+
+
+def hook_on(name, callback):
+    """Register ``callback`` on the import of ``name`` (discarded after the test)."""
+    HOOKS.append((name, callback))
+    _import_hooks.when_imported(name, callback)
+
+
+def finders():
+    return [f for f in sys.meta_path if type(f).__module__ == _import_hooks.__name__]
 
 
 def test_the_finder_fires_once_after_the_import_and_leaves_no_trace(on_path):
     _package(on_path, "fi14_target", "VALUE = 41\nfrom . import sub\n")
     (on_path / "fi14_target" / "sub.py").write_text("VALUE = 1\n")
     seen = []
-    finder = startup._Finder("fi14_target", lambda m: seen.append((m.__name__, m.VALUE)))
-    sys.meta_path.insert(0, finder)
+    hook_on("fi14_target", lambda m: seen.append((m.__name__, m.VALUE)))
+    assert len(finders()) == 1
     import fi14_target
 
     assert seen == [("fi14_target", 41)]  # after the module body ran, not before
-    assert finder not in sys.meta_path
+    assert finders() == []
     assert type(fi14_target.__loader__).__name__ == "SourceFileLoader"
     assert fi14_target.__spec__.loader is fi14_target.__loader__
     import importlib
@@ -64,17 +79,17 @@ def test_a_failing_import_does_not_fire_and_a_later_one_does(on_path):
         "import os\nif os.environ.get('FI14_FAIL'):\n    raise RuntimeError('boom')\n",
     )
     seen = []
-    sys.meta_path.insert(0, startup._Finder("fi14_flaky", seen.append))
+    hook_on("fi14_flaky", seen.append)
     os.environ["FI14_FAIL"] = "1"
     try:
         with pytest.raises(RuntimeError, match="boom"):
             import fi14_flaky
     finally:
         del os.environ["FI14_FAIL"]
-    assert seen == [] and startup.pending()
+    assert seen == [] and _import_hooks.waiting("fi14_flaky")
     import fi14_flaky  # noqa: F401
 
-    assert len(seen) == 1 and not startup.pending()
+    assert len(seen) == 1 and not _import_hooks.waiting("fi14_flaky") and finders() == []
 
 
 def test_a_failing_callback_is_logged_and_never_reaches_the_importer(on_path, caplog):
@@ -83,25 +98,44 @@ def test_a_failing_callback_is_logged_and_never_reaches_the_importer(on_path, ca
     def fails(module):
         raise ValueError("callback broke")
 
-    sys.meta_path.insert(0, startup._Finder("fi14_quiet", fails))
-    with caplog.at_level(logging.ERROR, logger="fi_patches.startup"):
+    hook_on("fi14_quiet", fails)
+    with caplog.at_level(logging.ERROR, logger="fi_patches.import_hooks"):
         import fi14_quiet
 
     assert fi14_quiet.VALUE == 1
-    assert "start-up hook failed" in caplog.text and "callback broke" in caplog.text
-    assert not startup.pending()
+    assert "hook on the import of fi14_quiet failed" in caplog.text
+    assert "callback broke" in caplog.text
+    assert not _import_hooks.waiting("fi14_quiet") and finders() == []
 
 
 def test_other_imports_pass_through(on_path):
     _package(on_path, "fi14_other", "VALUE = 2\n")
     seen = []
-    sys.meta_path.insert(0, startup._Finder("fi14_absent_target", seen.append))
+    hook_on("fi14_absent_target", seen.append)
     import fi14_other
 
-    assert fi14_other.VALUE == 2 and seen == [] and startup.pending()
+    assert fi14_other.VALUE == 2 and seen == [] and _import_hooks.waiting("fi14_absent_target")
     with pytest.raises(ModuleNotFoundError):
         import fi14_absent_target  # noqa: F401
     assert seen == []
+
+
+def test_hooks_of_several_modules_share_one_finder_and_run_in_order(on_path):
+    _package(on_path, "fi14_first", "VALUE = 1\n")
+    _package(on_path, "fi14_second", "VALUE = 2\n")
+    seen = []
+    hook_on("fi14_first", lambda m: seen.append(("a", m.VALUE)))
+    hook_on("fi14_first", lambda m: seen.append(("b", m.VALUE)))
+    hook_on("fi14_second", lambda m: seen.append(("c", m.VALUE)))
+    assert len(finders()) == 1
+    import fi14_first  # noqa: F401
+
+    assert seen == [("a", 1), ("b", 1)] and len(finders()) == 1  # fi14_second still waits
+    import fi14_second  # noqa: F401
+
+    assert seen == [("a", 1), ("b", 1), ("c", 2)] and finders() == []
+    hook_on("fi14_second", lambda m: seen.append(("d", m.VALUE)))  # imported: runs at once
+    assert seen[-1] == ("d", 2) and finders() == []
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -23,34 +24,12 @@ from fi_patches.wide.dtypes import MXFP8, NVFP4, GemmDtypes
 from fi_patches.wide.tactics import Tactic, default_tactic, wide_tactics
 from tests.wide_helpers import low_latency_or_skip
 
+WIDE = Path(__file__).resolve().parent.parent / "fi_patches" / "wide"
 PURE_MODULES = [
     "fi_patches.wide",
-    "fi_patches.wide.budget",
-    "fi_patches.wide.dtypes",
-    "fi_patches.wide.tactics",
-    "fi_patches.wide.budget",
-    "fi_patches.wide.budget",
-    "fi_patches.wide.budget",
-    "fi_patches.wide.tactics",
-    "fi_patches.wide.tactics",
-    "fi_patches.wide.arch",
-    "fi_patches.wide.precompile",
-    "fi_patches.wide.tactics",
-    "fi_patches.wide.kernel",
-    "fi_patches.wide.compile",
-    "fi_patches.wide.compile",
-    "fi_patches.wide.launch",
-    "fi_patches.wide.launch",
-    "fi_patches.wide.launch",
-    "fi_patches.wide.ptx",
-    "fi_patches.wide.idesc",
-    "fi_patches.wide.pdl",
-    "fi_patches.wide.cubin",
-    "fi_patches.wide.resources",
-    "fi_patches.wide.ptxas",
-    "fi_patches.wide.resources",
-    "fi_patches.wide.precompile",
+    *(f"fi_patches.wide.{p.stem}" for p in sorted(WIDE.glob("*.py")) if p.stem != "__init__"),
 ]
+"""Every module of the wide-tile package, each once: all import without torch or the DSL."""
 
 K_SWEEP = (512, 1536, 4096, 7168)
 

@@ -38,7 +38,7 @@ def cache(both, tuner, tmp_path):
 
 @pytest.fixture
 def site(tmp_path):
-    return isolated_site(tmp_path / "isolated", ["fi_patches", "wrapt", "packaging"])
+    return isolated_site(tmp_path / "isolated", ["fi_patches", "packaging"])
 
 
 def test_pins_record_writes_pin_entries_and_says_what_needs_flashinfer(cache, site, tmp_path):

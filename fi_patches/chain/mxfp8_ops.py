@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from fi_patches.chain.ops import RunnerOp, as_json, as_tactic
+from fi_patches.chain.ops import RunnerOp
 from fi_patches.chain.spec import Bucket
 from fi_patches.internals import flashinfer as fi
+from fi_patches.pins.keys import as_tactic, tactic_json
 from fi_patches.pins.table import PinTable
 
 SEED = 20260
@@ -91,7 +92,7 @@ class Mxfp8Op(RunnerOp):
             "k": self.k,
             "min_rows": bucket.min_rows,
             "max_rows": bucket.max_rows,
-            "tactic": as_json(tactic),
+            "tactic": tactic_json(tactic),
         }
 
 

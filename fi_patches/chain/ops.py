@@ -12,20 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
+from fi_patches.pins.keys import as_tactic, tactic_json
 
-def as_tactic(value: Any) -> Any:
-    """A tactic with every list turned into a tuple, so tactics compare and hash as FlashInfer
-    lists them (JSON and TOML give lists)."""
-    if isinstance(value, (list, tuple)):
-        return tuple(as_tactic(part) for part in value)
-    return value
-
-
-def as_json(value: Any) -> Any:
-    """A tactic with every tuple turned into a list, as JSON and TOML write it."""
-    if isinstance(value, (list, tuple)):
-        return [as_json(part) for part in value]
-    return value
+as_json = tactic_json
+"""The one converter's old name here, for ``fi_patches/cli/tune.py`` until it imports
+:func:`fi_patches.pins.keys.tactic_json` itself."""
 
 
 @runtime_checkable

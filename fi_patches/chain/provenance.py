@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fi_patches.chain.ops import as_json
 from fi_patches.chain.spec import Bucket, Settings
+from fi_patches.pins.keys import tactic_json
 
 FASTEST, CURRENT_PIN, ENUMERATOR_ORDER = "fastest", "current pin", "enumerator order"
 """How a choice was made: the one fastest candidate, or among tied candidates the current pin,
@@ -37,7 +37,7 @@ class Stats:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "tactic": as_json(self.tactic),
+            "tactic": tactic_json(self.tactic),
             "median_us": round(self.median, 4),
             "min_us": round(min(self.samples), 4),
             "max_us": round(max(self.samples), 4),
@@ -73,11 +73,11 @@ class Step:
         return {
             "pass": self.pass_number,
             "coordinate": self.coordinate,
-            "others": {name: as_json(t) for name, t in self.context},
-            "chosen": as_json(self.chosen),
-            "best": as_json(self.best.tactic),
+            "others": {name: tactic_json(t) for name, t in self.context},
+            "chosen": tactic_json(self.chosen),
+            "best": tactic_json(self.best.tactic),
             "tie": self.tie,
-            "tied": [as_json(t) for t in self.tied],
+            "tied": [tactic_json(t) for t in self.tied],
             "rule": self.rule,
             "candidates": [s.to_json() for s in self.candidates],
         }
@@ -124,9 +124,9 @@ class BucketResult:
             "chain_median_us": None
             if self.chain_median_us is None
             else round(self.chain_median_us, 4),
-            "chosen": {c: as_json(t) for c, t in self.chosen.items()},
+            "chosen": {c: tactic_json(t) for c, t in self.chosen.items()},
             "ties": self.ties(),
-            "current_pins": {c: as_json(t) for c, t in self.pins.items()},
+            "current_pins": {c: tactic_json(t) for c, t in self.pins.items()},
             "slots": [{"op": name, "coordinate": c} for name, c in self.slots],
             "steps": [s.to_json() for s in self.steps],
         }

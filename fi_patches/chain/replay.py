@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from fi_patches.chain.errors import ReplayError
-from fi_patches.chain.ops import Op, as_json, as_tactic
+from fi_patches.chain.ops import Op
 from fi_patches.chain.timing import Timed, Timer, Trial
 from fi_patches.pins.errors import PinTableError
 from fi_patches.pins.files import read_data_file
+from fi_patches.pins.keys import as_tactic, tactic_json
 
 FORMAT = "fi_patches.chain.timings/1"
 
@@ -94,7 +95,7 @@ class ReplayTimer:
         batches = self._entries.get(key)
         if not batches:
             chain = ", ".join(
-                f"{n} {as_json(t)}" for n, t in zip(trial.names, trial.tactics, strict=True)
+                f"{n} {tactic_json(t)}" for n, t in zip(trial.names, trial.tactics, strict=True)
             )
             raise ReplayError(
                 f"{self.path} has no measurement of {chain} at {trial.rows} rows; record it "
@@ -260,7 +261,7 @@ class RecordingTimer:
         record: dict[str, Any] = {
             "rows": trial.rows,
             "ops": list(trial.names),
-            "tactics": as_json(list(trial.tactics)),
+            "tactics": tactic_json(list(trial.tactics)),
             "samples_us": [],
         }
         self.trials.append(record)
@@ -274,7 +275,7 @@ class RecordingTimer:
             "timer": self.describe(),
             "trials": [t for t in self.trials if t["samples_us"]],
             "candidates": [
-                {"op": name, "section": section, "rows": rows, "tactics": as_json(tactics)}
+                {"op": name, "section": section, "rows": rows, "tactics": tactic_json(tactics)}
                 for (name, section, rows), tactics in self.candidates.items()
             ],
         }

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from fi_patches.chain.errors import TuneError
-from fi_patches.chain.ops import Op, as_json
+from fi_patches.chain.ops import Op
+from fi_patches.pins.keys import tactic_json
 
 
 @dataclass(frozen=True)
@@ -32,7 +33,7 @@ class Trial:
 
     def key(self) -> str:
         """The trial as a JSON string (how recorded measurements are looked up)."""
-        return json.dumps([self.rows, list(self.names), as_json(list(self.tactics))])
+        return json.dumps([self.rows, list(self.names), tactic_json(list(self.tactics))])
 
 
 class Timed(Protocol):

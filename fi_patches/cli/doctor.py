@@ -34,18 +34,25 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2))
         return 0
     rows = [
-        (r.name, "enabled" if r.enabled else "disabled", r.flashinfer, r.device, r.reason)
+        (
+            r.name,
+            "enabled" if r.enabled else "disabled",
+            r.flashinfer,
+            "yes" if r.in_matrix else "no",
+            r.device,
+            r.reason,
+        )
         for r in records
     ]
-    print(render(("feature", "state", "flashinfer", "device", "reason"), rows))
+    print(render(("feature", "state", "flashinfer", "in matrix", "device", "reason"), rows))
     pins = [(r.name, r.pins) for r in records if r.pins]
     if pins:
         print()
         print(render(("feature", "pins"), pins))
     if ops:
         print()
-        rows = [(o.op, o.entries, o.applied, o.invalid, o.unchecked) for o in ops]
-        print(render(("op", "entries", "applied", "invalid", "unchecked"), rows))
+        counts = [(o.op, o.entries, o.applied, o.invalid, o.unchecked) for o in ops]
+        print(render(("op", "entries", "applied", "invalid", "unchecked"), counts))
     print(f"\nstart-up hook: {hook_state().summary()}")
     return 0
 

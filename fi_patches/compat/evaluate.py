@@ -18,18 +18,20 @@ from fi_patches.compat.device import Device, current_device
 from fi_patches.compat.feature import Feature
 from fi_patches.compat.installed import forget as forget_installed
 from fi_patches.compat.installed import installed
-from fi_patches.compat.versions import is_newer_than, is_verified
-from fi_patches.internals import Declared, Dependency, InternalError, error_text
+from fi_patches.compat.versions import is_listed, is_newer_than, is_verified, neighbours
+from fi_patches.internals import Declared, Dependency, InternalError, error_text, modules_of
 
 logger = get_logger(__name__)
 
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """One probe's outcome: ``reason`` is None when it passed."""
+    """One probe's outcome: ``reason`` is None when it passed; ``deprecated`` is upstream's
+    deprecation message of an internal that passed (it still works, a release may remove it)."""
 
     probe: str
     reason: str | None
+    deprecated: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -48,10 +50,16 @@ class FeatureStatus:
     verified: str
     probes: tuple[ProbeResult, ...] = field(default=())
     pins: str = ""
+    in_matrix: bool = False
+    """Whether every release it was judged on is one a compat matrix cell ran (an enabled
+    feature can be off the matrix: a release inside the range that no cell ran)."""
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data["probes"] = [{"probe": p.probe, "ok": p.ok, "reason": p.reason} for p in self.probes]
+        data["probes"] = [
+            {"probe": p.probe, "ok": p.ok, "reason": p.reason, "deprecated": p.deprecated}
+            for p in self.probes
+        ]
         return data
 
 
@@ -71,7 +79,20 @@ def _probe(internal: Declared, version: Any) -> ProbeResult:
             internal.resolve()
         except InternalError:
             return ProbeResult(internal.path, None)
-    return ProbeResult(internal.path, internal.probe())
+    problem = internal.probe()
+    return ProbeResult(internal.path, problem, internal.deprecation() if problem is None else None)
+
+
+def _deprecations(probes: tuple[ProbeResult, ...]) -> str:
+    """A warning clause naming the passing internals upstream marks deprecated ('' if none)."""
+    old = [p for p in probes if p.deprecated]
+    if not old:
+        return ""
+    names = ", ".join(p.probe for p in old)
+    return (
+        f" Warning: upstream marks {len(old)} internal(s) it uses deprecated, still working: "
+        f"{names} ({old[0].deprecated})."
+    )
 
 
 def _owner(internal: Declared, feature: Feature) -> Dependency:
@@ -86,13 +107,15 @@ def _owner(internal: Declared, feature: Feature) -> Dependency:
 
 @dataclass(frozen=True)
 class _Checked:
-    """A dependency's verdict: the problem (None when fine), its probes and whether it is
-    enabled only through ``FI_PATCHES_ALLOW_UNVERIFIED``."""
+    """A dependency's verdict: the problem (None when fine), its probes, whether it is
+    enabled only through ``FI_PATCHES_ALLOW_UNVERIFIED``, and whether its release is one a
+    compat matrix cell ran."""
 
     problem: str | None
     probes: tuple[ProbeResult, ...]
     version: Version | None
     unverified: bool = False
+    in_matrix: bool = False
 
 
 def check_dependency(feature: Feature, dependency: Dependency) -> _Checked:
@@ -120,7 +143,7 @@ def check_dependency(feature: Feature, dependency: Dependency) -> _Checked:
         problem = f"{name} {version} lacks an internal it needs: {failed[0].reason}{extra}."
         return _Checked(problem, probes, version)
     if is_verified(version, dependency.verified):
-        return _Checked(None, probes, version)
+        return _Checked(None, probes, version, in_matrix=is_listed(version, dependency.releases))
     where = "newer than" if is_newer_than(version, dependency.verified) else "outside"
     if where == "newer than" and _env.flag(_env.ALLOW_UNVERIFIED):
         return _Checked(None, probes, version, unverified=True)
@@ -136,6 +159,22 @@ NO_DEVICE = Device(None, "none", "no particular device needed")
 """What the self-check of a feature that needs no device is given."""
 
 
+def _self_check(feature: Feature, device: Device, probes: tuple[ProbeResult, ...]) -> str | None:
+    """The feature's cheap self-check, run here every time, then its compiled check (if any),
+    whose outcome an earlier process may have kept; None when both pass."""
+    failure = feature.load_self_check()(device)
+    if failure is not None or not feature.compiled_check:
+        return failure
+    return selfcheck_cache.outcome(
+        feature.name,
+        feature.compiled_check,
+        device,
+        probes,
+        lambda: feature.load_compiled_check()(device),
+        modules_of(feature.name),
+    )
+
+
 def evaluate(feature: Feature, device: Device | None) -> FeatureStatus:
     """The state of ``feature`` given the installed packages and the device (None for a feature
     that needs no particular device); no caching."""
@@ -146,7 +185,10 @@ def evaluate(feature: Feature, device: Device | None) -> FeatureStatus:
         [str(d.verified) for d in patched] + [f"{d.distribution}{d.verified}" for d in others]
     )
 
+    verdicts: list[tuple[Dependency, _Checked]] = []
+
     def result(enabled: bool, reason: str, probes: tuple[ProbeResult, ...] = ()) -> FeatureStatus:
+        listed = len(verdicts) == len(feature.requires) and all(c.in_matrix for _, c in verdicts)
         return FeatureStatus(
             name=feature.name,
             enabled=enabled,
@@ -155,10 +197,10 @@ def evaluate(feature: Feature, device: Device | None) -> FeatureStatus:
             device=device.label if device is not None else "any",
             verified=verified,
             probes=probes,
+            in_matrix=listed,
         )
 
     probes: tuple[ProbeResult, ...] = ()
-    verdicts = []
     for dependency in feature.requires:
         checked = check_dependency(feature, dependency)
         probes += checked.probes
@@ -181,13 +223,7 @@ def evaluate(feature: Feature, device: Device | None) -> FeatureStatus:
             )
     releases = " and ".join(f"{d.label} {c.version}" for d, c in verdicts)
     try:
-        failure = selfcheck_cache.outcome(
-            feature.name,
-            feature.self_check,
-            device or NO_DEVICE,
-            probes,
-            lambda: feature.load_self_check()(device or NO_DEVICE),
-        )
+        failure = _self_check(feature, device or NO_DEVICE, probes)
     except Exception as exc:
         failure = f"the self-check raised {error_text(exc)}"
     if failure is not None:
@@ -201,10 +237,27 @@ def evaluate(feature: Feature, device: Device | None) -> FeatureStatus:
             f"{what}; enabled by {_env.ALLOW_UNVERIFIED.name}=1 because all {len(probes)} "
             "probes and the self-check pass."
         )
-    else:
+    elif all(c.in_matrix for _, c in verdicts):
         are = "is" if len(verdicts) == 1 else "are"
         reason = f"{releases} {are} verified; {len(probes)} probes and the self-check pass."
-    return result(True, reason, probes)
+    else:
+        off = "; ".join(_off_matrix(d, c) for d, c in verdicts if not c.in_matrix)
+        reason = f"{off}; {len(probes)} probes and the self-check pass."
+    return result(True, reason + _deprecations(probes), probes)
+
+
+def _off_matrix(dependency: Dependency, checked: _Checked) -> str:
+    """Why a release inside the verified range is not verified: no matrix cell ran it."""
+    below, above = (None, None)
+    if checked.version is not None:
+        below, above = neighbours(checked.version, dependency.releases)
+    if below and above:
+        where = f"between verified {below} and {above}"
+    elif below or above:
+        where = f"{'after' if below else 'before'} verified {below or above}"
+    else:
+        where = f"no release of {dependency.label} is verified"
+    return f"{dependency.label} {checked.version} is not in the compat matrix; {where}"
 
 
 _lock = threading.RLock()

@@ -42,13 +42,19 @@ class Feature:
     """The target archs it runs on; empty for a feature that needs no particular device (it
     is then never asked for one, so judging it initializes no CUDA context)."""
     self_check: str
-    """``module:function`` of the :data:`SelfCheck`, imported only when it runs."""
+    """``module:function`` of the :data:`SelfCheck`, imported only when it runs. It is cheap
+    (tactic lists, cache lookups) and runs in every process, so a FlashInfer patched in memory
+    by another library is judged as it is here."""
     sections: tuple[str, ...] = ()
     """The pin-table sections this feature applies (how each pins FlashInfer's tuner is its
     specialization, :mod:`fi_patches.pinning.sections`)."""
     checker: str = ""
     """``module:function`` checking this feature's sections of a table against the installed
     release (a list of ``PinProblem``), imported only when a table is checked."""
+    compiled_check: str = ""
+    """``module:function`` of an expensive :data:`SelfCheck` (a kernel compile), run after
+    ``self_check`` passes; its outcome is kept on disk (:mod:`fi_patches.compat.selfcheck_cache`)
+    keyed also by the source files of the modules this feature's internals live in."""
 
     @property
     def verified(self) -> SpecifierSet:
@@ -63,4 +69,8 @@ class Feature:
 
     def load_self_check(self) -> SelfCheck:
         check: SelfCheck = load(self.self_check)
+        return check
+
+    def load_compiled_check(self) -> SelfCheck:
+        check: SelfCheck = load(self.compiled_check)
         return check

@@ -1,10 +1,14 @@
-"""Self-check outcomes kept on disk, so a process (and every rank of a server) reuses the verdict
-of an earlier one instead of compiling a kernel at every start.
+"""Outcomes of the expensive self-checks (a kernel compile: a feature's ``compiled_check``) kept
+on disk, so a process (and every rank of a server) reuses the verdict of an earlier one instead
+of compiling a kernel at every start. The cheap self-checks are never kept: they run in every
+process, so a FlashInfer another library patched in memory is judged as it is.
 
 An outcome is keyed by everything that can change it: the fi_patches version and source files,
-Python, FlashInfer (version, location), nvidia-cutlass-dsl, torch and vLLM versions, the target
-device (arch, where it came from, whether CUDA is available), the feature, its self-check and
-its probes' results. A changed key is a miss. Files are written atomically (a temp file, then
+Python, FlashInfer (version, location), nvidia-cutlass-dsl, torch and vLLM versions, the size
+and mtime of the source file of every module the feature's internals live in (an edited or
+patched install keeps its version number), the target device (arch, where it came from,
+whether CUDA is available), the feature, its check and its probes' results. A changed key is a
+miss. Files are written atomically (a temp file, then
 ``os.replace``); an unreadable or corrupt one is a miss and is rewritten. Only outcomes the
 self-check returned are kept; one that raised is not, so a transient error is not made sticky.
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.metadata
+import importlib.util
 import json
 import logging
 import os
@@ -38,7 +43,7 @@ logger = get_logger(__name__)
 
 ENV = _env.CACHE_DIR.name
 OFF = "off"
-FORMAT = 1
+FORMAT = 2
 DISTRIBUTIONS = (
     FLASHINFER.distribution,
     "nvidia-cutlass-dsl",
@@ -112,8 +117,34 @@ def _cuda_available() -> str:
         return f"query failed ({type(exc).__name__})"
 
 
-def key(feature: str, self_check: str, device: Any, probes: Sequence[Any]) -> dict[str, Any]:
-    """Everything that can change ``feature``'s self-check outcome here."""
+def _source(module: str) -> str:
+    """``path:size:mtime_ns`` of ``module``'s source file, or why there is none."""
+    found = sys.modules.get(module)
+    path = getattr(found, "__file__", None)
+    if not path:
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError) as exc:
+            return f"not found ({type(exc).__name__})"
+        path = spec.origin if spec is not None else None
+    if not path:
+        return "no source file"
+    try:
+        stat = os.stat(path)
+    except OSError as exc:
+        return f"{path}: {type(exc).__name__}"
+    return f"{path}:{stat.st_size}:{stat.st_mtime_ns}"
+
+
+def key(
+    feature: str,
+    self_check: str,
+    device: Any,
+    probes: Sequence[Any],
+    modules: Sequence[str] = (),
+) -> dict[str, Any]:
+    """Everything that can change ``feature``'s outcome of ``self_check`` here; ``modules`` are
+    those its internals live in (their source files are part of the key)."""
     return {
         "format": FORMAT,
         "feature": feature,
@@ -130,6 +161,7 @@ def key(feature: str, self_check: str, device: Any, probes: Sequence[Any]) -> di
             "properties": device_properties(),
         },
         "probes": [[p.probe, p.reason] for p in probes],
+        "sources": {module: _source(module) for module in modules},
     }
 
 
@@ -199,10 +231,11 @@ def outcome(
     device: Any,
     probes: Sequence[Any],
     run: Callable[[], str | None],
+    modules: Sequence[str] = (),
 ) -> str | None:
-    """``run()`` (the self-check: None when it passes, else why not), or the outcome an earlier
+    """``run()`` (the check: None when it passes, else why not), or the outcome an earlier
     process recorded under the same key. An exception from ``run`` propagates, not stored."""
-    entry_key = key(feature, self_check, device, probes)
+    entry_key = key(feature, self_check, device, probes, modules)
     path = path_for(entry_key)
     if path is not None and not _bypass:
         hit, cached = _read(path, entry_key)

@@ -40,3 +40,18 @@ def is_newer_than(version: Version, verified: SpecifierSet) -> bool:
         return False
     public = Version(version.public)  # a local build label (+cu130) is not a newer release
     return all(public > upper for upper in uppers)
+
+
+def is_listed(version: Version, releases: tuple[str, ...]) -> bool:
+    """Whether ``version`` is one of ``releases`` (PEP 440 equality: 0.7.4 is 0.7.4.0, and a
+    local build label such as +cu130 does not make another release)."""
+    public = Version(version.public)
+    return any(Version(r) == public for r in releases)
+
+
+def neighbours(version: Version, releases: tuple[str, ...]) -> tuple[str | None, str | None]:
+    """The closest of ``releases`` below and above ``version`` (None where there is none)."""
+    ordered = sorted(releases, key=Version)
+    below = [r for r in ordered if Version(r) < version]
+    above = [r for r in ordered if Version(r) > version]
+    return (below[-1] if below else None, above[0] if above else None)

@@ -1,6 +1,7 @@
 """The boundary: every internal fi_patches uses from another package, declared once with the
 probe that guards it and the features that need it (``tuner.py``: FlashInfer's tuner contract,
-which pinning any op needs; ``flashinfer.py``: the MXFP8 internals; ``tune_group.py``;
+which pinning any op needs; ``flashinfer.py``: the MXFP8 internals; ``cute_dsl.py``: the CuTe
+DSL's, which the wide kernel and its FlashInfer base class use; ``tune_group.py``;
 ``vllm.py``). No other module of fi_patches imports FlashInfer or names one of its private
 members; ``tests/test_boundary.py``
 checks that, and the drift suite (``tests/drift/``) breaks each declared internal in turn."""
@@ -25,6 +26,7 @@ __all__ = [
     "OneOf",
     "declared",
     "error_text",
+    "modules_of",
     "mutations",
     "needed_by",
 ]
@@ -32,11 +34,27 @@ __all__ = [
 
 def declared() -> tuple[Declared, ...]:
     """Every declared internal, of every dependency (declarations import nothing heavy)."""
-    from fi_patches.internals import flashinfer, tune_group, tuner, vllm
+    from fi_patches.internals import cute_dsl, flashinfer, tune_group, tuner, vllm
 
-    return tuner.INTERNALS + flashinfer.INTERNALS + tune_group.INTERNALS + vllm.INTERNALS
+    return (
+        tuner.INTERNALS
+        + flashinfer.INTERNALS
+        + cute_dsl.INTERNALS
+        + tune_group.INTERNALS
+        + vllm.INTERNALS
+    )
 
 
 def needed_by(feature: str) -> tuple[Declared, ...]:
     """The internals ``feature`` declares it needs, in declaration order."""
     return tuple(i for i in declared() if feature in i.features)
+
+
+def modules_of(feature: str) -> tuple[str, ...]:
+    """The modules of every internal ``feature`` needs (each option of a ``OneOf``), sorted: the
+    source files a cached self-check outcome of it is keyed by."""
+    found: set[str] = set()
+    for internal in needed_by(feature):
+        options = internal.options if isinstance(internal, OneOf) else (internal,)
+        found.update(option.module for option in options)
+    return tuple(sorted(found))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import types
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,14 +53,18 @@ def _nested_code(code: types.CodeType) -> list[types.CodeType]:
 
 @dataclass(frozen=True)
 class Dependency:
-    """A package fi_patches patches: its distribution (for the version), its import name, and
-    the releases the features that need it are verified on."""
+    """A package fi_patches patches: its distribution (for the version), its import name, the
+    range the features that need it are enabled in, and the exact releases verified there."""
 
     distribution: str
     module: str
     verified: SpecifierSet
     label: str
     """How reasons name it (``FlashInfer``)."""
+    releases: tuple[str, ...] = ()
+    """The releases a compat matrix cell ran (``tests/test_verified_releases.py`` holds this
+    list and ``compat/matrix.toml`` to each other); another release inside ``verified`` is
+    enabled only with a reason saying no cell ran it."""
 
 
 @dataclass(frozen=True)
@@ -132,12 +137,23 @@ class Internal:
         problem = self._structure(obj)
         if problem is None and self.check is not None:
             try:
-                problem = self.check(obj)
+                with warnings.catch_warnings():  # a deprecated one is reported, not raised
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    problem = self.check(obj)
             except Exception as exc:
                 problem = f"checking it raised {error_text(exc)}"
             if problem is not None:
                 problem = f"{self.path} misbehaves: {problem}"
         return problem
+
+    def deprecation(self) -> str | None:
+        """The upstream deprecation message of the object (``typing_extensions.deprecated``
+        sets ``__deprecated__``), or None: it still works, but a release may remove it."""
+        try:
+            message = getattr(self.resolve(), "__deprecated__", None)
+        except InternalError:
+            return None
+        return str(message) if message else None
 
     def _structure(self, obj: Any) -> str | None:
         if self.kind == CLASS and not isinstance(obj, type):
@@ -218,6 +234,13 @@ class OneOf:
             if option.present():
                 return option
         raise InternalError(f"none of {self.path} is there")
+
+    def deprecation(self) -> str | None:
+        """The serving option's upstream deprecation message, or None."""
+        try:
+            return self.resolved_option().deprecation()
+        except InternalError:
+            return None
 
     def probe(self) -> str | None:
         problems = []

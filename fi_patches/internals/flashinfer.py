@@ -5,9 +5,9 @@ it and, where it can be exercised on any machine, a behavioural check; together 
 probe. The rest of fi_patches reaches FlashInfer only through the accessors below, so supporting
 a new release means reading this file against the release (see ``compat/README.md``).
 
-The verified range is stated once, in :data:`FLASHINFER`; the version switch is the workspace
-helper :data:`WORKSPACE_HELPER`. FlashInfer's tuner contract, which the engine needs for every
-op, is declared in :mod:`fi_patches.internals.tuner`.
+The verified range and releases are stated once, in :data:`FLASHINFER`; the version switch is
+the workspace helper :data:`WORKSPACE_HELPER`. FlashInfer's tuner contract, which the engine
+needs for every op, is declared in :mod:`fi_patches.internals.tuner`.
 """
 
 from __future__ import annotations
@@ -46,9 +46,11 @@ FLASHINFER = Dependency(
     module="flashinfer",
     verified=SpecifierSet(">=0.7.0,<=0.7.4"),
     label="FlashInfer",
+    releases=("0.7.0", "0.7.1", "0.7.2", "0.7.2.post1", "0.7.4"),
 )
-"""FlashInfer, and the releases every feature is verified on (prerelease-aware: 0.7.5rc1 and
-0.7.4.post1 are not 0.7.4)."""
+"""FlashInfer: the range every feature is enabled in (prerelease-aware: 0.7.5rc1 and
+0.7.4.post1 are not 0.7.4) and the releases the compat matrix ran with its features on (0.7.3
+and 0.7.0.post1, which no cell imports, are in the range but not verified)."""
 
 _TUNED = (PINNED_TACTICS, PINNED_CUTE_DSL)
 

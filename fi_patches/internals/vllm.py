@@ -33,7 +33,11 @@ from fi_patches.internals._declare import (
 )
 
 VLLM = Dependency(
-    distribution="vllm", module="vllm", verified=SpecifierSet("==0.34.0"), label="vLLM"
+    distribution="vllm",
+    module="vllm",
+    verified=SpecifierSet("==0.34.0"),
+    label="vLLM",
+    releases=("0.34.0",),  # what ``nox -s vllm`` installs
 )
 """vLLM, and the releases the integration is verified on (prerelease-aware, as FlashInfer's)."""
 

@@ -23,6 +23,17 @@ class EntryCheck:
     tactic: Any
     state: str
     reason: str
+    applies: bool = False
+    """Whether the entry applies here: OK, or a ``[[pin]]`` whose runner and op the installed
+    FlashInfer has but whose tactic only the tuner can list."""
+
+
+PIN_MEMBERSHIP = (
+    "runner and op found in FlashInfer {version}; whether tactic {tactic} is in the runner's own "
+    "list for this key is checked when the tuner first lists it (runners list tactics only for "
+    "an op's real inputs, most only on their GPU); a pin it lacks gets the stock list and one error"
+)
+"""Why a ``[[pin]]`` entry's tactic is unchecked by ``pins check`` on any machine."""
 
 
 def _describe(section: str, entry: Any) -> tuple[str, str]:
@@ -41,6 +52,7 @@ def check_entries(table: PinTable) -> tuple[str | None, list[EntryCheck]]:
     from fi_patches.compat.installed import installed_flashinfer
     from fi_patches.features import feature_of_section
     from fi_patches.pinning.validate import checked_sections, checker_of
+    from fi_patches.pins.keys import tactic_text
 
     meta_problem = table.skip_reason(current_device().arch, installed_flashinfer().version)
     results: list[EntryCheck] = []
@@ -70,19 +82,27 @@ def check_entries(table: PinTable) -> tuple[str | None, list[EntryCheck]]:
         for entry in entries:
             shape, rows = _describe(name, entry)
             tactic = entry.to_mapping()["tactic"]
+            applies = False
             if unchecked is not None:
                 state, reason = UNCHECKED, unchecked
             elif entry.index in problems:
                 state, reason = INVALID, problems[entry.index]
+            elif name == "pin":
+                state, applies = UNCHECKED, True
+                version = installed_flashinfer().version
+                reason = PIN_MEMBERSHIP.format(version=version, tactic=tactic_text(entry.tactic))
             else:
-                state, reason = OK, ""
-            results.append(EntryCheck(name, entry.index, shape, rows, tactic, state, reason))
+                state, reason, applies = OK, "", True
+            results.append(
+                EntryCheck(name, entry.index, shape, rows, tactic, state, reason, applies)
+            )
     return meta_problem, results
 
 
 @dataclass(frozen=True)
 class OpPins:
-    """How the ``[[pin]]`` entries of one op fare here: entries, applied, invalid, unchecked."""
+    """How the ``[[pin]]`` entries of one op fare here: entries, those that apply, those invalid,
+    and those not fully checked (a ``[[pin]]`` applies unchecked: see :data:`PIN_MEMBERSHIP`)."""
 
     op: str
     entries: int
@@ -98,18 +118,18 @@ def pins_per_op(table: PinTable) -> list[OpPins]:
     if not table.entries(SECTION):
         return []
     _, results = check_entries(table)
-    by_op: dict[str, list[str]] = {}
+    by_op: dict[str, list[EntryCheck]] = {}
     entries = {e.index: e for e in table.entries(SECTION)}
     for result in results:
         if result.section == SECTION:
-            by_op.setdefault(entries[result.index].op, []).append(result.state)
+            by_op.setdefault(entries[result.index].op, []).append(result)
     return [
         OpPins(
             op,
-            len(states),
-            states.count(OK),
-            states.count(INVALID),
-            states.count(UNCHECKED),
+            len(checks),
+            sum(c.applies for c in checks),
+            sum(c.state == INVALID for c in checks),
+            sum(c.state == UNCHECKED for c in checks),
         )
-        for op, states in sorted(by_op.items())
+        for op, checks in sorted(by_op.items())
     ]

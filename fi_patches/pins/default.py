@@ -97,10 +97,11 @@ def describe_default_pins(feature: str, record: FeatureStatus) -> str:
             if not _env.get(_env.PINS)
             else (f"no {'/'.join(sections)} pins in {table.source}")
         )
-    from fi_patches.compat.device import normalize_arch
+    from fi_patches.compat.device import current_device
     from fi_patches.compat.versions import parse_version
 
-    device = normalize_arch(record.device.split(" ")[0]) if record.device else None
-    skip = table.skip_reason(device, parse_version(record.flashinfer))
-    what = f"{count} {'/'.join(sections)} pins from {table.source}"
+    # The device the pins would run on, as pinned_tactics() judges it (a feature of any device
+    # records "any", which says nothing of the table's device).
+    skip = table.skip_reason(current_device().arch, parse_version(record.flashinfer))
+    what = f"{count} {' / '.join(f'[[{name}]]' for name in sections)} entries from {table.source}"
     return f"{what} skipped: {skip}" if skip else what

@@ -97,6 +97,11 @@ ON_INVALID = ("refuse", "tune")
 applied without it, that key left to the tuner."""
 
 
+ANY_RELEASE = ("*", "")
+"""``[meta] flashinfer`` values meaning any FlashInfer release, as ``device = "*"`` means any
+device (FlashInfer's own cache metadata spells its wildcard ``"*"`` too)."""
+
+
 @dataclass(frozen=True)
 class PinMeta:
     """Where the pins were chosen: ``device`` (``sm_103`` or ``*``) and a FlashInfer specifier."""
@@ -138,11 +143,13 @@ def parse_meta(reader: FieldReader) -> PinMeta | None:
         reader.problem("device", device, "must be an arch such as 'sm_103', or '*' for any device")
     spec_text = reader.string("flashinfer", max_length=TEXT_MAX)
     spec = None
-    if spec_text is not None:
+    if spec_text is not None and spec_text.strip() in ANY_RELEASE:
+        spec = SpecifierSet()
+    elif spec_text is not None:
         try:
             spec = parse_specifier(spec_text)
         except ValueError as exc:
-            reader.problem("flashinfer", spec_text, str(exc))
+            reader.problem("flashinfer", spec_text, f"{exc}, or '*' for any release")
     note = reader.string("note", default="", max_length=TEXT_MAX)
     source = reader.string("source", default="", max_length=TEXT_MAX)
     on_invalid = reader.string("on_invalid", default="refuse", max_length=TEXT_MAX)

@@ -5,7 +5,8 @@ FlashInfer's ``set_autotune_process_group`` makes the ranks all-reduce per-tacti
 needs identical candidate lists on every rank. Pins decide those lists, so a rank with another
 table, FlashInfer, device or feature state brings back the deadlock pins remove. The guard
 compares each rank's :class:`~fi_patches.ranks.fingerprint.Fingerprint` through the group's
-store (see :mod:`fi_patches.ranks.exchange`), so it never waits longer than ``timeout``.
+store (see :mod:`fi_patches.ranks.exchange`), so it never waits longer than ``timeout``. Its
+information fields (table paths, ``FI_PATCHES_*`` settings) are reported, never a mismatch.
 """
 
 from __future__ import annotations
@@ -37,15 +38,21 @@ class RankMismatchError(RuntimeError):
     """The ranks of a process group cannot be shown to run fi_patches the same way.
 
     Raised on every rank that took part, with the same message. ``differences`` maps each
-    differing fingerprint field to ``value -> ranks``; ``missing`` lists the ranks (group
-    numbering) that did not arrive within the timeout.
+    differing compared field to ``value -> ranks``, ``information`` each differing information
+    field (reported, not the cause); ``missing`` lists the ranks (group numbering) that did not
+    arrive within the timeout.
     """
 
     def __init__(
-        self, message: str, differences: Differences | None = None, missing: tuple[int, ...] = ()
+        self,
+        message: str,
+        differences: Differences | None = None,
+        missing: tuple[int, ...] = (),
+        information: Differences | None = None,
     ) -> None:
         super().__init__(message)
         self.differences: Differences = differences or {}
+        self.information: Differences = information or {}
         self.missing = missing
 
 
@@ -59,23 +66,39 @@ def _ranks_text(view: GroupView, ranks: tuple[int, ...]) -> str:
     return f"rank {names[0]} has" if len(names) == 1 else f"ranks {', '.join(names)} have"
 
 
-def mismatch_message(view: GroupView, found: Differences) -> str:
-    """Per differing field, which ranks hold which value (the same text on every rank)."""
-    lines = [
-        f"fi_patches rank guard: the {view.size} ranks of process group {view.name!r} disagree "
-        f"on {len(found)} field{'s' if len(found) > 1 else ''}:"
-    ]
+def _field_lines(view: GroupView, found: Differences) -> list[str]:
+    lines = []
     for name, holders in found.items():
         parts = [
             f"{_ranks_text(view, ranks)} {_value_text(value)}"
             for value, ranks in sorted(holders.items(), key=lambda item: item[1][0])
         ]
         lines.append(f"  {name}: {'; '.join(parts)}")
-    lines.append(
-        "Every rank must load the same pin table, FlashInfer release, device and FI_PATCHES_* "
-        "settings before tuning together."
+    return lines
+
+
+def information_lines(view: GroupView, information: Differences) -> list[str]:
+    """The differing information fields, under a line saying they decide no tactic."""
+    if not information:
+        return []
+    return [
+        "Also different, for information (these decide no tactic and are not compared):",
+        *_field_lines(view, information),
+    ]
+
+
+def mismatch_message(view: GroupView, found: Differences, information: Differences) -> str:
+    """Per differing field, which ranks hold which value (the same text on every rank)."""
+    return "\n".join(
+        [
+            f"fi_patches rank guard: the {view.size} ranks of process group {view.name!r} "
+            f"disagree on {len(found)} field{'s' if len(found) > 1 else ''}:",
+            *_field_lines(view, found),
+            *information_lines(view, information),
+            "Every rank must load the same pin table content, FlashInfer and CuTe DSL releases, "
+            "device and feature states before tuning together.",
+        ]
     )
-    return "\n".join(lines)
 
 
 def missing_message(view: GroupView, missing: tuple[int, ...], timeout: float) -> str:
@@ -146,7 +169,7 @@ def run_guard(group: Any, on_mismatch: str, timeout: float, call: str) -> Finger
     except ExchangeError as exc:
         return _act(_unreachable(exc), on_mismatch, local_fingerprint())
     mine = local_fingerprint()
-    sent = Fingerprint((("guard.call", call), *mine.fields))
+    sent = Fingerprint((("guard.call", call), *mine.fields), mine.info)
     try:
         payloads = all_gather(view, NAMESPACE, sent.to_bytes(), timeout)
     except ExchangeTimeout as exc:
@@ -156,8 +179,21 @@ def run_guard(group: Any, on_mismatch: str, timeout: float, call: str) -> Finger
         return _act(problem, on_mismatch, mine)
     except ExchangeError as exc:
         return _act(_unreachable(exc), on_mismatch, mine)
-    found = differences([Fingerprint.from_bytes(p) for p in payloads])
+    fingerprints = [Fingerprint.from_bytes(p) for p in payloads]
+    found, information = differences(fingerprints), differences(fingerprints, info=True)
     if found:
-        return _act(RankMismatchError(mismatch_message(view, found), found), on_mismatch, mine)
+        message = mismatch_message(view, found, information)
+        return _act(RankMismatchError(message, found, information=information), on_mismatch, mine)
     logger.debug("rank guard: the %d ranks of %r agree (%s)", view.size, view.name, mine.digest)
+    if information:
+        logger.info(
+            "%s",
+            "\n".join(
+                [
+                    f"fi_patches rank guard: the {view.size} ranks of process group "
+                    f"{view.name!r} agree on everything that decides tactics.",
+                    *information_lines(view, information),
+                ]
+            ),
+        )
     return mine

@@ -18,8 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import wrapt
-
+from fi_patches import _import_hooks
 from fi_patches._logging import get_logger, log_once
 from fi_patches.compat.evaluate import NO_DEVICE, check_dependency
 from fi_patches.features import VLLM_ROUTE
@@ -146,8 +145,8 @@ def arm() -> str:
     with _lock:
         if not _armed:
             _armed, _arming = True, True
-            try:  # wrapt runs the hook at once when the module is already imported
-                wrapt.register_post_import_hook(_on_import, upstream.KERNEL_MODULE)
+            try:  # the hook runs at once when the module is already imported
+                _import_hooks.when_imported(upstream.KERNEL_MODULE, _on_import)
             finally:
                 _arming = False
         elif _patches is None and upstream.KERNEL_MODULE in sys.modules:
@@ -165,6 +164,14 @@ def remove() -> None:
             _patches.revert()
             _patches = None
             _outcome = "routing removed"
+
+
+def state() -> str:
+    """``on`` (vLLM's method is patched), ``armed`` (it will be once vLLM imports its kernel
+    module) or ``off``: the rank guard compares it, as a routed rank tunes other runners."""
+    if _patches is not None:
+        return "on"
+    return "armed" if _armed and upstream.KERNEL_MODULE not in sys.modules else "off"
 
 
 def outcome() -> str:

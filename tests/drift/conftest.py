@@ -16,7 +16,7 @@ import pytest
 
 from tests.drift import pool
 from tests.drift.cases import BASELINE, Case, all_cases, coverage
-from tests.drift.verdict import collateral, problems
+from tests.drift.verdict import collateral, not_applicable, problems
 
 REPORT_ENV = "DRIFT_REPORT"
 """A file to write the coverage line to (CI logs and the compat matrix can pick it up)."""
@@ -58,7 +58,12 @@ class Drift:
             return f"{head}, skipped: {self.skipped}"
         assert self.results is not None
         failed = [c.id for c in self.cases if self.verdicts.get(c.id)]
-        absent = [c.id for c in self.cases if "not_applicable" in self.observation(c.id)]
+        base = self.observation(BASELINE)
+        absent = [
+            c.id
+            for c in self.cases
+            if "not_applicable" in self.observation(c.id) or not_applicable(c, base)
+        ]
         unjudged = [c.id for c in self.cases if c.id not in self.verdicts and c.id not in absent]
         absent_note = f" ({len(absent)} not applicable: absent here)" if absent else ""
         if not failed and not unjudged:

@@ -163,7 +163,7 @@ def _wrong_shape(fn: Callable[..., Any], keeps_first: bool) -> Callable[..., Any
     return wrong_shape
 
 
-_WRAPPERS = {
+WRAPPERS = {
     "signature": _renamed_parameters,
     "rebound": _rebound,
     "raising": _raising,
@@ -184,9 +184,9 @@ def _mutate_attribute(internal: Internal, mutation: str) -> str:
     if mutation == "wrong_shape" and not callable(getattr(owner, name)):
         setattr(owner, name, object())
         return f"set {internal.path} to object()"
-    if mutation not in _WRAPPERS:
+    if mutation not in WRAPPERS:
         raise ValueError(f"unknown mutation {mutation!r}")
-    setattr(owner, name, _rewrap(raw, isinstance(owner, type), _WRAPPERS[mutation]))
+    setattr(owner, name, _rewrap(raw, isinstance(owner, type), WRAPPERS[mutation]))
     return f"replaced {internal.path} ({mutation})"
 
 

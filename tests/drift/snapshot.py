@@ -87,7 +87,7 @@ class Snapshot:
 
 def foreign_attributes(modules: tuple[str, ...], objects: tuple[Any, ...]) -> list[str]:
     """Attributes of FlashInfer's namespaces (runner classes made since included) that hold a
-    function of fi_patches or a wrapt proxy: a patch left behind."""
+    function of fi_patches: a patch left behind."""
     found = []
     for label, namespace in _namespaces(modules, objects).items():
         for name, value in list(vars(namespace).items()):
@@ -97,8 +97,6 @@ def foreign_attributes(modules: tuple[str, ...], objects: tuple[Any, ...]) -> li
 
 
 def _is_foreign(value: Any) -> bool:
-    if type(value).__module__.startswith("wrapt"):
-        return True
     if isinstance(value, (staticmethod, classmethod)):
         value = value.__func__
     if isinstance(value, property):

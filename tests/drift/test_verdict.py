@@ -13,7 +13,7 @@ import pytest
 from fi_patches.internals import declared, mutations
 from tests.drift.cases import Case, by_key
 from tests.drift.snapshot import Snapshot
-from tests.drift.verdict import collateral, problems
+from tests.drift.verdict import collateral, not_applicable, problems
 
 pytestmark = pytest.mark.release_independent  # no FlashInfer: runs once, in the main run
 
@@ -56,6 +56,20 @@ def _broken(**overrides: dict[str, Any]) -> dict[str, Any]:
 
 def test_the_clean_outcome_is_clean() -> None:
     assert problems(CASE, _broken(), BASE) == []
+
+
+def test_a_case_whose_feature_is_off_at_the_baseline_fails_unless_the_release_lacks_it() -> None:
+    feature = OWN[0]
+    failed_check = _observation(_record(feature, False, "self-check failed on FlashInfer 0.7.4"))
+    found = problems(CASE, _broken(), failed_check)
+    assert any(f"{feature} is already disabled at the baseline" in f for f in found), found
+    assert not_applicable(CASE, failed_check) is None
+    too_old = "FlashInfer 0.6.18 is outside the verified range >=0.7.0 (all 9 probes pass)."
+    release = _observation(*(_record(f, False, too_old) for f in OWN))
+    assert problems(CASE, _broken(), release) == []
+    assert f"{feature} is off at the baseline: {too_old}" in (not_applicable(CASE, release) or "")
+    if len(OWN) > 1:  # one feature still on: the case runs, for that one
+        assert not_applicable(CASE, _observation(_record(feature, False, too_old))) is None
 
 
 def test_a_feature_left_on_or_off_without_naming_the_internal_fails() -> None:

@@ -3,6 +3,9 @@ wrong, compared with the baseline run (nothing broken). An empty list is a clean
 
 A case is clean when:
 
+* every feature that declares the broken internal is enabled at the baseline (else the case
+  could show nothing), unless the baseline has it off for the release itself
+  (:data:`RELEASE_GATED`: the case is then not applicable here);
 * ``doctor --json`` exits 0 and prints JSON;
 * every feature that declares the broken internal is disabled, and its reason or one of its
   failed probes (``doctor --json`` lists each) names the internal's path; an optional internal
@@ -27,6 +30,7 @@ A case is clean when:
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from packaging.version import InvalidVersion, Version
@@ -35,9 +39,17 @@ from fi_patches.internals import Declared, OneOf, declared
 from tests.drift.cases import Case, must_disable, paths
 from tests.drift.child import ROUTE_FEATURES
 
-SEEDED_BY = ("pinned_tactics", "pinned_cute_dsl")
-"""The features whose pin sections a preseed block writes into the tuner's cache (with one of
-them on, a preseed block that is on seeds something)."""
+RELEASE_GATED = re.compile(
+    r"is outside the verified range|is newer than the verified range|lacks an internal it "
+    r"needs|is not installed"
+)
+"""Reasons for which a feature is off at the baseline because of what is installed (a release
+without the feature, a package absent): its cases cannot run here. Any other reason (a failed
+self-check, a probe, the device) at the baseline fails the cases."""
+
+SERVED_BY = "pinned_tactics"
+"""The feature of the ``[[low_latency]]`` pin whose lookup the drift child asks for inside a
+preseed block: with it and preseed on, FlashInfer's lookup must serve that pin."""
 
 CALLS = ("pinned_tactics", "preseed", "auto", "auto_explain", "disable")
 """The calls that must never raise, whatever is broken."""
@@ -118,6 +130,36 @@ def _collateral(name: str, record: dict[str, Any], internal: Declared) -> str | 
         if probe["probe"] in own and any(m in (probe["reason"] or "") for m in marks):
             return f"{name} is off through {probe['probe']}: {probe['reason']}"
     return None
+
+
+def off_at_baseline(case: Case, base: dict[str, Any]) -> dict[str, str]:
+    """The features declaring ``case``'s internal that the baseline has disabled, with why."""
+    baseline = _records(base)
+    return {
+        name: baseline[name]["reason"] if name in baseline else "not reported by doctor"
+        for name in case.internal.features
+        if not baseline.get(name, {}).get("enabled", False)
+    }
+
+
+def not_applicable(case: Case, base: dict[str, Any]) -> str | None:
+    """Why ``case`` cannot run here: every feature declaring its internal is off at the
+    baseline for the installed release itself; else None."""
+    off = off_at_baseline(case, base)
+    if len(off) < len(case.internal.features) or not off:
+        return None
+    if not all(RELEASE_GATED.search(reason) for reason in off.values()):
+        return None
+    return "; ".join(f"{name} is off at the baseline: {why}" for name, why in off.items())
+
+
+def _baseline_off(case: Case, base: dict[str, Any]) -> list[str]:
+    return [
+        f"{name} is already disabled at the baseline ({why}), so this case cannot show that "
+        f"breaking {case.key} disables it"
+        for name, why in off_at_baseline(case, base).items()
+        if not RELEASE_GATED.search(why)
+    ]
 
 
 def _features(case: Case | None, obs: dict[str, Any], base: dict[str, Any]) -> list[str]:
@@ -205,18 +247,16 @@ def _tuner_cache(obs: dict[str, Any], base: dict[str, Any]) -> list[str]:
         )
     enabled = _records(obs).get("preseed", {}).get("enabled", False)
     if inside is not None and inside != before:
-        found.append(
-            f"the preseed block changed the tuner's cache: {_cache_diff(before, inside)}"
-        )
+        found.append(f"the preseed block changed the tuner's cache: {_cache_diff(before, inside)}")
     base_served = base.get("tuner_cache", {}).get("served_inside", {}).get("value")
     case_served = obs.get("tuner_cache", {}).get("served_inside", {})
-    sections_on = any(_records(obs).get(f, {}).get("enabled") for f in SEEDED_BY)
-    if enabled and sections_on and base_served is not None and "value" in case_served:
-        if case_served["value"] != base_served:
-            found.append(
-                f"preseed is on, yet FlashInfer's lookup inside its block served "
-                f"{case_served['value']} (the baseline's served the pin {base_served})"
-            )
+    section_on = _records(obs).get(SERVED_BY, {}).get("enabled")
+    seeded = enabled and section_on and base_served is not None and "value" in case_served
+    if seeded and case_served["value"] != base_served:
+        found.append(
+            f"preseed is on, yet FlashInfer's lookup inside its block served "
+            f"{case_served['value']} (the baseline's served the pin {base_served})"
+        )
     return found
 
 
@@ -302,6 +342,7 @@ def problems(case: Case | None, obs: dict[str, Any], base: dict[str, Any]) -> li
     if found or "not_applicable" in obs:
         return found
     found += _doctor(obs)
+    found += _baseline_off(case, base) if case else []
     found += _features(case, obs, base)
     found += _calls(obs)
     found += _offered(obs, base)

@@ -20,14 +20,14 @@ ROOT = Path(__file__).resolve().parents[2]
 KERNEL_MODULE = "vllm.model_executor.kernels.linear.mxfp8.flashinfer"
 
 SITECUSTOMIZE = """
-import wrapt
+from fi_patches import _import_hooks  # runs hooks in registration order: this one first
 
 def fault(module):
     cls = module.FlashInferCutedslMxfp8LinearKernel
     original = vars(cls)["apply_weights"]
 {fault}
 
-wrapt.register_post_import_hook(fault, {module!r})
+_import_hooks.when_imported({module!r}, fault)
 """
 
 FAULTS = {
