@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Python 3.10, the floor `requires-python` advertises: this project's wheel installed on 3.10
-# without torch or FlashInfer, then `doctor`, `pins check` on the README's table, `hook status`
+# without torch or FlashInfer, then `doctor`, `pins check` on the README's tables, `hook status`
 # and `import fi_patches.auto` + `status()` there, each with the exit code the README documents.
 #
 # Usage: .ci/py310_check.sh VENV [PYTHON3.10]
 #   VENV absent: made with PYTHON3.10 (default: pyenv's 3.10), and the wheel installed with its
-#   base dependencies (tomli, packaging) from the registry, as a user would.
+#   base dependencies (packaging, and tomli on 3.10) from the registry, as a user would.
 #   VENV present: reused offline; the wheel is rebuilt and reinstalled without its dependencies.
 # The wheel is built offline by BUILD_PYTHON (default .venv/bin/python, which has setuptools).
 set -euo pipefail
@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 root=$PWD
 venv=${1:?usage: .ci/py310_check.sh VENV [PYTHON3.10]}
 case $venv in /*) ;; *) venv=$root/$venv ;; esac
-py310=${2:-$(pyenv root 2>/dev/null)/versions/$(pyenv versions --bare 2>/dev/null | grep -m1 '^3\.10\.')/bin/python}
+py310=${2:-}
 build_python=${BUILD_PYTHON:-.venv/bin/python}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -25,15 +25,20 @@ wheel=$(ls "$work"/wheels/fi_patches-*.whl)
 if [ -x "$venv/bin/python" ]; then
     "$venv/bin/python" -m pip install -q --no-deps --no-index --force-reinstall "$wheel"
 else
+    if [ -z "$py310" ]; then  # pyenv's 3.10 (grep reads all of the list: no SIGPIPE under pipefail)
+        versions=$(pyenv versions --bare 2>/dev/null | grep '^3\.10\.' || true)
+        py310=$(pyenv root 2>/dev/null)/versions/${versions%%$'\n'*}/bin/python
+    fi
     [ -x "$py310" ] || fail "no Python 3.10 interpreter (looked for $py310)"
     "$py310" -m venv "$venv"
     "$venv/bin/python" -m pip install -q "$wheel"
 fi
 python=$venv/bin/python
 
-# The README's pin table: its first ```toml block.
-awk '/^```toml$/{f=1; next} /^```$/{if (f) exit} f' README.md > "$work/pins.toml"
-[ -s "$work/pins.toml" ] || fail "README.md holds no \`\`\`toml block"
+# The README's pin tables: every ```toml block with a [meta] table.
+awk -v dir="$work" '/^```toml$/{n++; f=1; next} /^```$/{f=0} f{print > (dir "/readme" n ".toml")}' README.md
+tables=$(grep -l '^\[meta\]' "$work"/readme*.toml || true)
+[ -n "$tables" ] || fail "README.md holds no \`\`\`toml block with a [meta] table"
 
 cd "$work"  # outside the checkout, so the installed wheel is what runs
 "$python" -c '
@@ -65,9 +70,13 @@ run() {  # run EXPECTED_RC CMD...: the command must exit EXPECTED_RC
 
 run 0 "$python" -m fi_patches doctor
 grep -q 'FlashInfer (flashinfer-python) is not installed' "$work/out" || fail "doctor: $(cat "$work/out")"
-# 3: entries unchecked here (no FlashInfer), the meta matching FI_PATCHES_DEVICE.
-FI_PATCHES_DEVICE=sm_103 run 3 "$python" -m fi_patches pins check "$work/pins.toml"
-grep -q '^meta: OK' "$work/out" || fail "pins check: $(cat "$work/out")"
+# 3: entries unchecked here (no FlashInfer), the meta matching FI_PATCHES_DEVICE = its device.
+for table in $tables; do
+    device=$(sed -n '/^device = "/{s/^device = "\([^"]*\)".*/\1/p;q}' "$table")
+    [ "$device" = "*" ] && device=sm_103
+    FI_PATCHES_DEVICE=$device run 3 "$python" -m fi_patches pins check "$table"
+    grep -q '^meta: OK' "$work/out" || fail "pins check: $(cat "$work/out")"
+done
 # 0: the wheel ships the hook.
 run 0 "$python" -m fi_patches hook status
 FI_PATCHES_AUTO=1 run 0 "$python" -c '
@@ -76,4 +85,5 @@ from fi_patches.startup import pending
 assert pending(), "the start-up hook did not load"
 assert all(not s.enabled for s in fi_patches.status())
 '
+echo "py310_check: $(echo "$tables" | wc -w) README tables checked"
 echo "py310_check: the wheel works on $("$python" -c 'import sys; print(sys.version.split()[0])') ($venv)"
