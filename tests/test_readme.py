@@ -83,11 +83,6 @@ def test_the_walkthrough_runs_as_written(tmp_path):
     assert (tmp_path / "pins.toml").is_file() and (tmp_path / "store.toml").is_file()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tune --timings off-GPU lists cute-dsl tactics on the device: issue 20's item 2, "
-    "fixed on another branch (remove this mark when it lands)",
-)
 def test_the_walkthroughs_tune_runs_as_written(tmp_path):
     lines = [(line, code) for line, code in walkthrough() if line.startswith("EX=") or TUNE in line]
     (_, setup, _), (line, rc, output) = run_lines(lines, tmp_path)
