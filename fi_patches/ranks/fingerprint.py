@@ -103,13 +103,12 @@ def _default_fields() -> tuple[Fields, Fields]:
     return _tables_fields("pins.default", [table] if table else [])
 
 
-CUTE_DSL_DISTRIBUTION = "nvidia-cutlass-dsl"
-"""The CuTe DSL's distribution: its release compiles the wide-tile and cute-dsl kernels."""
-
-
 def _cute_dsl_version() -> str:
+    """The CuTe DSL's release: it compiles the wide-tile and cute-dsl kernels."""
+    from fi_patches.internals.cute_dsl import DISTRIBUTION
+
     try:
-        return importlib.metadata.version(CUTE_DSL_DISTRIBUTION)
+        return importlib.metadata.version(DISTRIBUTION)
     except importlib.metadata.PackageNotFoundError:
         return "not installed"
 

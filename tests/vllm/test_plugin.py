@@ -113,7 +113,7 @@ def test_load_general_plugins_activates_the_pins_once_however_often_it_runs(tmp_
     assert report["pinned"] == [list(pin)]
     assert report["unpinned"] == len(lowlat.stock(N, K, 4))
     assert report["apply_weights"] == "fi_patches.vllm.route"
-    assert report["installed"] == 2  # the low-latency wrappers and the tuner-cache wrapper
+    assert report["installed"] == 1  # the one hold of fi_patches.auto on the engine's wrappers
     plugin = [line for line in lines if "fi_patches vLLM plugin:" in line]
     assert len(plugin) == 1, lines
     # vLLM's own log format: (process pid=...) LEVEL date [file:line] message
@@ -185,5 +185,6 @@ def test_doctor_lists_the_vllm_features(sm103, capsys):
     assert all(p["ok"] for p in route["probes"])
     assert main(["doctor"]) == 0
     table = capsys.readouterr().out
-    assert re.search(r"^vllm_plugin +enabled +- +any +vLLM 0\.34\.0 is verified", table, re.M)
-    assert re.search(r"^vllm_route +enabled +0\.7\.4 +sm_103 +vLLM 0\.34\.0 and", table, re.M)
+    # columns: feature, state, flashinfer, in matrix, device, reason
+    assert re.search(r"^vllm_plugin +enabled +- +yes +any +vLLM 0\.34\.0 is verified", table, re.M)
+    assert re.search(r"^vllm_route +enabled +0\.7\.4 +yes +sm_103 +vLLM 0\.34\.0 and", table, re.M)
