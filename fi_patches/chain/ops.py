@@ -12,11 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-from fi_patches.pins.keys import as_tactic, tactic_json
-
-as_json = tactic_json
-"""The one converter's old name here, for ``fi_patches/cli/tune.py`` until it imports
-:func:`fi_patches.pins.keys.tactic_json` itself."""
+from fi_patches.pins.keys import as_tactic
 
 
 @runtime_checkable

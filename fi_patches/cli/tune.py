@@ -228,7 +228,7 @@ def _checked(table: Any) -> bool:
 def _report(results: Any) -> str:
     """Per bucket and runner coordinate: the tactic chosen, its median and spread in its last
     step (the chain's time, or the op's alone with --isolated) and how it was chosen."""
-    from fi_patches.chain.ops import as_json
+    from fi_patches.pins.keys import tactic_json
 
     rows = []
     for result in results:
@@ -241,7 +241,7 @@ def _report(results: Any) -> str:
                     result.bucket.label,
                     ops,
                     coordinate,
-                    as_json(tactic),
+                    tactic_json(tactic),
                     f"{stats.median:.2f}",
                     f"{stats.spread:.1%}",
                     f"tie of {len(step.tied)}: {step.rule}" if step.tie else step.rule,
