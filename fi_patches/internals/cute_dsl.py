@@ -3,7 +3,7 @@
 that FlashInfer's low-latency kernel calls while fi_patches' subclass compiles, and the
 runtime pieces ``fi_patches.wide`` builds its launch arguments from.
 
-nvidia-cutlass-dsl 4.8.1 marks ``cutlass.utils.get_smem_capacity_in_bytes``,
+nvidia-cutlass-dsl 4.8.0 and 4.8.1 mark ``cutlass.utils.get_smem_capacity_in_bytes``,
 ``get_num_tmem_alloc_cols`` and ``SmemAllocator`` deprecated ("will be removed"); their probes
 still pass while they work, and the compat layer states the deprecation in the feature's reason
 (:meth:`fi_patches.internals.Internal.deprecation`). The DSL counts as part of FlashInfer, which
