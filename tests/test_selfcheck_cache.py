@@ -49,14 +49,8 @@ def doctor(
     if path:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [path, env.get("PYTHONPATH")]))
     main = "import sys, fi_patches.cli; raise SystemExit(fi_patches.cli.main(sys.argv[1:]))"
-    result = subprocess.run(
-        [sys.executable, "-c", f"{before}\n{main}", "-v", "doctor", "--json", *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=600,
-        check=False,
-    )
+    command = [sys.executable, "-c", f"{before}\n{main}", "-v", "doctor", "--json", *args]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     records = {r["name"]: (r["enabled"], r["reason"]) for r in json.loads(result.stdout)}
     return records, result.stderr

@@ -3,7 +3,7 @@
 that FlashInfer's low-latency kernel calls while fi_patches' subclass compiles, and the
 runtime pieces ``fi_patches.wide`` builds its launch arguments from.
 
-nvidia-cutlass-dsl 4.8.1 marks ``cutlass.utils.get_smem_capacity_in_bytes``,
+nvidia-cutlass-dsl 4.8.0 and 4.8.1 mark ``cutlass.utils.get_smem_capacity_in_bytes``,
 ``get_num_tmem_alloc_cols`` and ``SmemAllocator`` deprecated ("will be removed"); their probes
 still pass while they work, and the compat layer states the deprecation in the feature's reason
 (:meth:`fi_patches.internals.Internal.deprecation`). The DSL counts as part of FlashInfer, which
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fi_patches.internals._declare import ATTRIBUTE, CALLABLE, CLASS, Declared, Internal
+from fi_patches.internals._declare import CALLABLE, CLASS, Declared, Internal
 from fi_patches.internals.names import WIDE_TILE
 
 DISTRIBUTION = "nvidia-cutlass-dsl"
@@ -53,8 +53,9 @@ SMEM_ALLOCATOR = Internal(
 MAKE_PTR = Internal("dsl_make_ptr", CALLABLE, "cutlass.cute.runtime", "make_ptr", (WIDE_TILE,))
 """The placeholder and launch pointers of :mod:`fi_patches.wide.compile` and ``launch``."""
 
-GMEM = Internal("dsl_gmem", ATTRIBUTE, "cutlass.cute", "AddressSpace.gmem", (WIDE_TILE,))
-"""The address space those pointers are in."""
+ADDRESS_SPACE = Internal("dsl_address_space", CLASS, "cutlass.cute", "AddressSpace", (WIDE_TILE,))
+"""The enum of the address space those pointers are in (its ``gmem`` member; an enum member
+cannot be removed on its own, so the class is what a release could drop)."""
 
 INT32 = Internal("dsl_int32", CLASS, "cutlass", "Int32", (WIDE_TILE,))
 """The problem-size scalars the compiled kernel takes."""
@@ -64,6 +65,6 @@ INTERNALS: tuple[Declared, ...] = (
     TMEM_ALLOC_COLS,
     SMEM_ALLOCATOR,
     MAKE_PTR,
-    GMEM,
+    ADDRESS_SPACE,
     INT32,
 )
