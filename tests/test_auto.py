@@ -358,12 +358,14 @@ WITHOUT = "wrapt"
 
 
 def _base_requirements() -> list[str]:
-    """The names of the base dependencies ``pyproject.toml`` declares."""
+    """The names of the base dependencies ``pyproject.toml`` declares for this interpreter
+    (a dependency whose marker excludes it, such as tomli before 3.11, is not one)."""
     import tomllib
     from packaging.requirements import Requirement
 
     declared = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    return sorted(Requirement(text).name for text in declared)
+    wanted = [Requirement(text) for text in declared]
+    return sorted(r.name for r in wanted if r.marker is None or r.marker.evaluate())
 
 
 def _metadata_wheel(folder: Path, name: str, version: str) -> None:
