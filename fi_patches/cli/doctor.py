@@ -47,6 +47,9 @@ def run(args: argparse.Namespace) -> int:
         rows = [(o.op, o.entries, o.applied, o.invalid, o.unchecked) for o in ops]
         print(render(("op", "entries", "applied", "invalid", "unchecked"), rows))
     print(f"\nstart-up hook: {hook_state().summary()}")
+    from fi_patches.sglang.summary import summary
+
+    print(f"SGLang plugin: {summary()}")
     return 0
 
 

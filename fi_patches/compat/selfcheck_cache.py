@@ -31,6 +31,7 @@ from typing import Any
 from fi_patches import _env
 from fi_patches._logging import get_logger, log_once
 from fi_patches.internals.flashinfer import FLASHINFER
+from fi_patches.internals.sglang import SGLANG
 from fi_patches.internals.vllm import VLLM
 
 logger = get_logger(__name__)
@@ -43,6 +44,7 @@ DISTRIBUTIONS = (
     "nvidia-cutlass-dsl",
     "torch",
     VLLM.distribution,
+    SGLANG.distribution,
 )
 """Distributions whose versions key an outcome (FlashInfer's location and mtime are added)."""
 

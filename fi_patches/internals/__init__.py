@@ -1,7 +1,7 @@
 """The boundary: every internal fi_patches uses from another package, declared once with the
 probe that guards it and the features that need it (``tuner.py``: FlashInfer's tuner contract,
 which pinning any op needs; ``flashinfer.py``: the MXFP8 internals; ``tune_group.py``;
-``vllm.py``). No other module of fi_patches imports FlashInfer or names one of its private
+``vllm.py``; ``sglang.py``). No other module of fi_patches imports FlashInfer or names one of its private
 members; ``tests/test_boundary.py``
 checks that, and the drift suite (``tests/drift/``) breaks each declared internal in turn."""
 
@@ -32,9 +32,15 @@ __all__ = [
 
 def declared() -> tuple[Declared, ...]:
     """Every declared internal, of every dependency (declarations import nothing heavy)."""
-    from fi_patches.internals import flashinfer, tune_group, tuner, vllm
+    from fi_patches.internals import flashinfer, sglang, tune_group, tuner, vllm
 
-    return tuner.INTERNALS + flashinfer.INTERNALS + tune_group.INTERNALS + vllm.INTERNALS
+    return (
+        tuner.INTERNALS
+        + flashinfer.INTERNALS
+        + tune_group.INTERNALS
+        + vllm.INTERNALS
+        + sglang.INTERNALS
+    )
 
 
 def needed_by(feature: str) -> tuple[Declared, ...]:

@@ -33,8 +33,9 @@ class Settings:
     why: str
 
 
-def _flag(environ: Mapping[str, str], name: str) -> bool | None:
-    """True or False when ``name`` is set to a boolean, None when it is unset."""
+def switch(environ: Mapping[str, str], name: str) -> bool | None:
+    """``name``'s boolean value in ``environ``, None when unset; :class:`SettingError` otherwise
+    (the SGLang plugin reads its switch with this too)."""
     if name not in environ:
         return None
     value = environ[name].strip().lower()
@@ -49,11 +50,11 @@ def read(environ: Mapping[str, str] | None = None) -> Settings:
     """The settings in ``environ`` (``os.environ`` by default); raises :class:`SettingError`
     naming the variable and its value when one is not understood."""
     env = _env.environ() if environ is None else environ
-    switch = _flag(env, VLLM_ENV)
-    route = bool(_flag(env, ROUTE_ENV))
-    if switch is False:
+    on = switch(env, VLLM_ENV)
+    route = bool(switch(env, ROUTE_ENV))
+    if on is False:
         return Settings(False, False, f"{VLLM_ENV}={env[VLLM_ENV]} turns it off")
-    if switch:
+    if on:
         return Settings(True, route, f"{VLLM_ENV}={env[VLLM_ENV]}")
     if env.get(PINS_ENV):
         return Settings(True, route, f"{PINS_ENV} is set")

@@ -1,0 +1,34 @@
+"""The SGLang plugin's behavioural self-check, run by the compat layer after the probes pass:
+the plugin is what SGLang will load, and SGLang's tuning step still sets FlashInfer's tune group
+through the name fi_patches' rank guard wraps."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+from fi_patches.compat.device import Device
+from fi_patches.internals import sglang as upstream
+
+
+def plugin_self_check(device: Device) -> str | None:
+    """SGLang reads the group fi_patches' entry point is in, that entry point is installed, and
+    SGLang's tuning module (read from its source, not imported) calls the guarded setter."""
+    group = upstream.plugins_group()
+    if group != upstream.GENERAL_PLUGINS_GROUP:
+        return f"SGLang loads general plugins from {group!r}, not {upstream.GENERAL_PLUGINS_GROUP!r}"
+    found = [
+        ep
+        for ep in importlib.metadata.entry_points(group=upstream.GENERAL_PLUGINS_GROUP)
+        if ep.name == upstream.ENTRY_POINT_NAME
+    ]
+    if not found:
+        return (
+            f"no entry point {upstream.ENTRY_POINT_NAME!r} in {upstream.GENERAL_PLUGINS_GROUP!r}: "
+            "reinstall fi_patches"
+        )
+    if found[0].value != upstream.ENTRY_POINT_VALUE:
+        return f"entry point {upstream.ENTRY_POINT_NAME!r} is {found[0].value!r}"
+    source = upstream.autotune_source()
+    if source is None:
+        return f"SGLang has no {upstream.AUTOTUNE_MODULE} to guard"
+    return upstream.tuning_site_problem(source)
