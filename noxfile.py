@@ -12,7 +12,8 @@ fails when any cell disagrees with the matrix). The logic lives in ``compat/``; 
 wires sessions.
 
 ``nox -s vllm`` builds a venv of its own with vLLM (never the default test venv) and runs the
-tests that need it (``tests/vllm``).
+tests that need it (``tests/vllm``); ``nox -s sglang`` does the same for SGLang
+(``tests/sglang``).
 """
 
 from __future__ import annotations
@@ -178,3 +179,28 @@ def vllm(session: nox.Session) -> None:
     session.log(f"vLLM environment ready in {time.monotonic() - start:.0f} s: {found}")
     session.run("python", "-m", "fi_patches", "doctor", env={"FI_PATCHES_DEVICE": "sm_103"})
     session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *VLLM_TESTS)
+
+
+SGLANG = "sglang==0.5.23"
+SGLANG_TESTS = ("tests/sglang",)
+
+
+@nox.session
+def sglang(session: nox.Session) -> None:
+    """The SGLang plugin against the real SGLang on CPU: SGLang installed without its
+    dependencies (they pull a CUDA torch) plus the few ``import sglang.srt.plugins`` needs
+    (``tests/sglang/requirements.txt``), then ``doctor`` and the SGLang tests."""
+    start = time.monotonic()
+    held = Path(session.create_tmp()) / "torch.txt"
+    held.write_text(f"{MATRIX.torch}\n")
+    session.install("-q", MATRIX.torch)
+    light = str(ROOT / "tests" / "sglang" / "requirements.txt")
+    session.install("-q", "-c", str(held), VLLM_FLASHINFER, "-e", f"{ROOT}[test]", "-r", light)
+    session.install("-q", "--no-deps", SGLANG)
+    python = Path(session.bin) / "python"
+    found = runner.installed_versions(python, ["torch", "sglang", runner.DISTRIBUTION])
+    if "+cpu" not in (found["torch"] or ""):
+        session.error(f"the SGLang environment has torch {found['torch']!r}, not a CPU build")
+    session.log(f"SGLang environment ready in {time.monotonic() - start:.0f} s: {found}")
+    session.run("python", "-m", "fi_patches", "doctor", env={"FI_PATCHES_DEVICE": "sm_103"})
+    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *SGLANG_TESTS)
