@@ -86,7 +86,9 @@ VLLM_ROUTE = Feature(
 
 SGLANG_PLUGIN = Feature(
     name=sg.PLUGIN,
-    summary="SGLang's general plugin activates fi_patches (FI_PATCHES_PINS) in every SGLang process",
+    summary=(
+        "SGLang's general plugin activates fi_patches (FI_PATCHES_PINS) in every SGLang process"
+    ),
     requires=(sg.SGLANG,),
     devices=sg.PLUGIN_DEVICES,
     self_check="fi_patches.sglang.self_check:plugin_self_check",

@@ -68,7 +68,11 @@ def activate_pins(
         table = default_pins()
     except PinTableError as exc:
         why_not = exc.one_line()
-        return logging.ERROR, f"left {host} and FlashInfer stock because of its pins: {why_not}", False
+        return (
+            logging.ERROR,
+            f"left {host} and FlashInfer stock because of its pins: {why_not}",
+            False,
+        )
     from fi_patches import activation
 
     activation.enable()

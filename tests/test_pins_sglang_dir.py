@@ -59,7 +59,9 @@ def sglang_cache(engine, monkeypatch, tmp_path) -> tuple[Path, Path, dict[int, d
         for tp, seed in SEEDS.items()
     }
     for version, arch in (("0.7.2", "sm103"), (engine.__version__, "sm100")):
-        tune_rank(engine, monkeypatch, 3, key_dir(root, version, arch, "m") / "rank_tp0_pp0_dp0.json")
+        tune_rank(
+            engine, monkeypatch, 3, key_dir(root, version, arch, "m") / "rank_tp0_pp0_dp0.json"
+        )
     return root, here, chosen
 
 

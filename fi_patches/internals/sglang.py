@@ -13,10 +13,10 @@ saves one v1 tuner file per rank under ``flashinfer_autotune_cache_path``'s layo
 
 from __future__ import annotations
 
-import importlib
-import re
 import ast
+import importlib
 import importlib.util
+import re
 from pathlib import Path
 from typing import Any
 
@@ -98,7 +98,7 @@ def _check_group_name(name: Any) -> str | None:
 
 
 def _check_whitelist(variable: Any) -> str | None:
-    if getattr(variable, "name", None) != PLUGINS_ENV or not callable(getattr(variable, "get")):
+    if getattr(variable, "name", None) != PLUGINS_ENV or not callable(variable.get):
         return f"it is not SGLang's variable {PLUGINS_ENV} (found {variable!r})"
     return None
 

@@ -32,7 +32,9 @@ def _rank_files(key_dir: Path) -> list[Path]:
 
 def is_sglang_dir(path: Path) -> bool:
     """Whether ``path`` is an ``SGLANG_CACHE_DIR`` or one model key's directory of rank files."""
-    return path.is_dir() and (path.joinpath(*layout.CACHE_SUBDIR).is_dir() or bool(_rank_files(path)))
+    return path.is_dir() and (
+        path.joinpath(*layout.CACHE_SUBDIR).is_dir() or bool(_rank_files(path))
+    )
 
 
 def _key_dir(root: Path, flashinfer_version: str | None, arch: str | None) -> Path:
@@ -48,17 +50,22 @@ def _key_dir(root: Path, flashinfer_version: str | None, arch: str | None) -> Pa
             "directory itself"
         )
     base = tuned / flashinfer_version / layout.arch_dir(arch)
-    keys = [d for d in sorted(base.iterdir()) if d.is_dir() and _rank_files(d)] if base.is_dir() else []
+    keys = (
+        [d for d in sorted(base.iterdir()) if d.is_dir() and _rank_files(d)]
+        if base.is_dir()
+        else []
+    )
     where = f"{tuned}/{flashinfer_version}/{layout.arch_dir(arch)}"
     if not keys:
         raise TunerCacheError(
             f"{root} holds no SGLang rank files of FlashInfer {flashinfer_version} on {arch} "
-            f"(no {where}/<model key>/rank_tp*_pp*_dp*.json; it holds {', '.join(found) or 'nothing'})"
+            f"(no {where}/<model key>/rank_tp*_pp*_dp*.json; it holds "
+            f"{', '.join(found) or 'nothing'})"
         )
     if len(keys) > 1:
         raise TunerCacheError(
-            f"{where} holds the rank files of {len(keys)} model keys ({', '.join(k.name for k in keys)}): "
-            "pass the directory of one"
+            f"{where} holds the rank files of {len(keys)} model keys "
+            f"({', '.join(k.name for k in keys)}): pass the directory of one"
         )
     return keys[0]
 

@@ -15,7 +15,9 @@ def plugin_self_check(device: Device) -> str | None:
     SGLang's tuning module (read from its source, not imported) calls the guarded setter."""
     group = upstream.plugins_group()
     if group != upstream.GENERAL_PLUGINS_GROUP:
-        return f"SGLang loads general plugins from {group!r}, not {upstream.GENERAL_PLUGINS_GROUP!r}"
+        return (
+            f"SGLang loads general plugins from {group!r}, not {upstream.GENERAL_PLUGINS_GROUP!r}"
+        )
     found = [
         ep
         for ep in importlib.metadata.entry_points(group=upstream.GENERAL_PLUGINS_GROUP)

@@ -3,8 +3,8 @@ alone: the module itself does not import on CPU (it pulls SGLang's model stack a
 but the functions fi_patches relies on need only ``contextlib``, ``typing`` and torch."""
 
 from __future__ import annotations
-
 import __future__
+
 import ast
 import contextlib
 import typing
@@ -25,6 +25,10 @@ def function(name: str) -> Any:
     assert found, f"{path} defines no {name}"
     module = ast.Module(body=found, type_ignores=[])
     code = compile(module, str(path), "exec", flags=__future__.annotations.compiler_flag)
-    namespace: dict[str, Any] = {"contextlib": contextlib, "Optional": typing.Optional, "torch": torch}
+    namespace: dict[str, Any] = {
+        "contextlib": contextlib,
+        "Optional": typing.Optional,
+        "torch": torch,
+    }
     exec(code, namespace)
     return namespace[name]
