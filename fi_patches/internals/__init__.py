@@ -2,7 +2,8 @@
 probe that guards it and the features that need it (``tuner.py``: FlashInfer's tuner contract,
 which pinning any op needs; ``flashinfer.py``: the MXFP8 internals; ``tune_group.py``;
 ``vllm.py``; ``sglang.py``). No other module of fi_patches imports FlashInfer or names one of
-its private members; ``tests/test_boundary.py`` checks that, and the drift suite (``tests/drift/``) breaks each declared internal in turn."""
+its private members; ``tests/test_boundary.py`` checks that, and the drift suite
+(``tests/drift/``) breaks each declared internal in turn."""
 
 from __future__ import annotations
 
