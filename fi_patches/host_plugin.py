@@ -4,7 +4,9 @@ Neither raises into the host; each returns the level and text of the one line to
 
 from __future__ import annotations
 
+import importlib.metadata
 import logging
+import threading
 from collections.abc import Callable
 
 from fi_patches._logging import ROOT
@@ -79,3 +81,46 @@ def activate_pins(
     counts = ", ".join(f"{len(e)} {name}" for name, e in table.sections.items() if e)
     pins = f"pins from {table.source} ({counts})" if table else "no pins"
     return logging.INFO, f"active ({why}): {pins}, applied when FlashInfer is imported", True
+
+
+def entry_point_problem(group: str, name: str, value: str) -> str | None:
+    """None when fi_patches' entry point ``name = value`` is installed in ``group``, else what
+    is wrong."""
+    found = [ep for ep in importlib.metadata.entry_points(group=group) if ep.name == name]
+    if not found:
+        return f"no entry point {name!r} in {group!r}: reinstall fi_patches"
+    if found[0].value != value:
+        return f"entry point {name!r} is {found[0].value!r}"
+    return None
+
+
+class Entry:
+    """A plugin's entry point: runs ``activate`` once per process (the host may load plugins
+    from several places), never raises into the host, and logs one line through ``logger``,
+    attributed to the plugin module's caller."""
+
+    def __init__(
+        self,
+        prefix: str,
+        host: str,
+        host_logger: str,
+        activate: Callable[[], tuple[int, str]],
+        logger: logging.Logger,
+    ) -> None:
+        self.prefix, self.host, self.host_logger = prefix, host, host_logger
+        self.activate, self.logger = activate, logger
+        self.outcome: str | None = None
+        self._lock = threading.Lock()
+
+    def run(self) -> None:
+        with self._lock:
+            if self.outcome is not None:
+                return
+            try:
+                join_host_log(self.host_logger)
+                level, self.outcome = self.activate()
+            except Exception as exc:  # never into the host
+                level = logging.ERROR
+                error = f"{type(exc).__name__}: {exc}"
+                self.outcome = f"left {self.host} stock after an unexpected error ({error})"
+            self.logger.log(level, "%s: %s", self.prefix, self.outcome, stacklevel=2)

@@ -14,18 +14,14 @@ asks for no device and imports no FlashInfer, and logs one line saying what it d
 from __future__ import annotations
 
 import logging
-import threading
 
 from fi_patches._logging import get_logger
-from fi_patches.host_plugin import activate_pins, join_host_log
+from fi_patches.host_plugin import Entry, activate_pins
 from fi_patches.internals import sglang as upstream
 
 logger = get_logger(__name__)
 
 PREFIX = "fi_patches SGLang plugin"
-
-_lock = threading.Lock()
-_outcome: str | None = None
 
 
 def _activate() -> tuple[int, str]:
@@ -47,21 +43,14 @@ def _activate() -> tuple[int, str]:
     return level, text
 
 
+_ENTRY = Entry(PREFIX, "SGLang", upstream.LOGGER, _activate, logger)
+
+
 def register() -> None:
     """The plugin's entry point. Never raises; a second call in a process does nothing."""
-    global _outcome
-    with _lock:
-        if _outcome is not None:
-            return
-        try:
-            join_host_log(upstream.LOGGER)
-            level, _outcome = _activate()
-        except Exception as exc:  # never into SGLang
-            level = logging.ERROR
-            _outcome = f"left SGLang stock after an unexpected error ({type(exc).__name__}: {exc})"
-        logger.log(level, "%s: %s", PREFIX, _outcome)
+    _ENTRY.run()
 
 
 def outcome() -> str | None:
     """What :func:`register` did in this process, or None before it ran."""
-    return _outcome
+    return _ENTRY.outcome

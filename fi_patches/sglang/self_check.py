@@ -4,9 +4,8 @@ through the name fi_patches' rank guard wraps."""
 
 from __future__ import annotations
 
-import importlib.metadata
-
 from fi_patches.compat.device import Device
+from fi_patches.host_plugin import entry_point_problem
 from fi_patches.internals import sglang as upstream
 
 
@@ -18,18 +17,11 @@ def plugin_self_check(device: Device) -> str | None:
         return (
             f"SGLang loads general plugins from {group!r}, not {upstream.GENERAL_PLUGINS_GROUP!r}"
         )
-    found = [
-        ep
-        for ep in importlib.metadata.entry_points(group=upstream.GENERAL_PLUGINS_GROUP)
-        if ep.name == upstream.ENTRY_POINT_NAME
-    ]
-    if not found:
-        return (
-            f"no entry point {upstream.ENTRY_POINT_NAME!r} in {upstream.GENERAL_PLUGINS_GROUP!r}: "
-            "reinstall fi_patches"
-        )
-    if found[0].value != upstream.ENTRY_POINT_VALUE:
-        return f"entry point {upstream.ENTRY_POINT_NAME!r} is {found[0].value!r}"
+    problem = entry_point_problem(
+        upstream.GENERAL_PLUGINS_GROUP, upstream.ENTRY_POINT_NAME, upstream.ENTRY_POINT_VALUE
+    )
+    if problem is not None:
+        return problem
     source = upstream.autotune_source()
     if source is None:
         return f"SGLang has no {upstream.AUTOTUNE_MODULE} to guard"
