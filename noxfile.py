@@ -198,6 +198,10 @@ SGLANG_TESTS = ("tests/sglang",)
 def sglang(session: nox.Session) -> None:
     """The SGLang plugin against the real SGLang on CPU: SGLang installed without its
     dependencies plus the few ``import sglang.srt.plugins`` needs
-    (``tests/sglang/requirements.txt``), then ``doctor`` and the SGLang tests."""
+    (``tests/sglang/requirements.txt``), then ``doctor``, the SGLang tests and the drift cases
+    of the SGLang internals (absent, so not run, in the main run)."""
     _host_environment(session, SGLANG, ROOT / "tests" / "sglang" / "requirements.txt", "SGLang")
     session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *SGLANG_TESTS)
+    session.run(
+        "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/drift", "-k", "sglang"
+    )

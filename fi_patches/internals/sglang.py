@@ -126,7 +126,7 @@ INTERNALS: tuple[Declared, ...] = (
         "sglang_plugins_env",
         ATTRIBUTE,
         ENVIRON_MODULE,
-        f"envs.{PLUGINS_ENV}",
+        f"Envs.{PLUGINS_ENV}",
         (PLUGIN,),
         check=_check_whitelist,
     ),
