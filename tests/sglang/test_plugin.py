@@ -37,14 +37,7 @@ import flashinfer
 from flashinfer.gemm import gemm_base
 import torch
 from fi_patches.pinning.installation import installed_count
-def offered(rows):
-    a = torch.empty(rows, {k}, dtype=torch.float8_e4m3fn)
-    b = torch.empty({n}, {k}, dtype=torch.float8_e4m3fn).t()
-    inputs = [a, b, torch.empty(1, dtype=torch.uint8), torch.empty(1, dtype=torch.uint8),
-              torch.bfloat16, torch.empty(rows, {n}, dtype=torch.bfloat16), torch.empty(1, dtype=torch.uint8)]
-    runner = gemm_base._cutedsl_low_latency_blockscaled_gemm_runner(103, True)
-    return [list(t) for t in runner.get_valid_tactics(inputs, None)]
-print("REPORT " + json.dumps({{
+{offered}print("REPORT " + json.dumps({{
     "pinned": offered(8),
     "unpinned": len(offered(4)),
     "plugin_imported": "fi_patches.sglang.plugin" in sys.modules,
@@ -84,7 +77,7 @@ def start(tmp_path: Path, again: bool = False, **env: str) -> tuple[dict, list[s
     """Run the script as an SGLang process would; its report, fi_patches' log lines and the
     whole log."""
     script = tmp_path / "process.py"
-    script.write_text(PROCESS.format(n=N, k=K, again=AGAIN if again else ""))
+    script.write_text(PROCESS.format(again=AGAIN if again else "", offered=lowlat.offered_source()))
     result = subprocess.run(
         [sys.executable, str(script)],
         capture_output=True,

@@ -37,14 +37,7 @@ import flashinfer
 from flashinfer.gemm import gemm_base
 import torch
 from fi_patches.pinning.installation import installed_count
-def offered(rows):
-    a = torch.empty(rows, {k}, dtype=torch.float8_e4m3fn)
-    b = torch.empty({n}, {k}, dtype=torch.float8_e4m3fn).t()
-    inputs = [a, b, torch.empty(1, dtype=torch.uint8), torch.empty(1, dtype=torch.uint8),
-              torch.bfloat16, torch.empty(rows, {n}, dtype=torch.bfloat16), torch.empty(1, dtype=torch.uint8)]
-    runner = gemm_base._cutedsl_low_latency_blockscaled_gemm_runner(103, True)
-    return [list(t) for t in runner.get_valid_tactics(inputs, None)]
-apply = vars(kernels.FlashInferCutedslMxfp8LinearKernel)["apply_weights"]
+{offered}apply = vars(kernels.FlashInferCutedslMxfp8LinearKernel)["apply_weights"]
 print("REPORT " + json.dumps({{
     "pinned": offered(8),
     "unpinned": len(offered(4)),
@@ -77,7 +70,7 @@ def serve(tmp_path: Path, again: bool = False, **env: str) -> tuple[dict, list[s
     """Run the script as a vLLM process would (a fresh interpreter, vLLM's logging on
     stderr); its report and fi_patches' log lines."""
     script = tmp_path / "server.py"
-    script.write_text(SERVER.format(again=AGAIN if again else "", n=N, k=K))
+    script.write_text(SERVER.format(again=AGAIN if again else "", offered=lowlat.offered_source()))
     child = {
         k: v
         for k, v in os.environ.items()
