@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +18,7 @@ pytest.importorskip(
 )
 
 from tests import lowlat
+from tests.child_script import run_reporting
 from tests.process_group import run_group
 
 N, K = lowlat.SHAPE
@@ -78,20 +77,8 @@ def start(tmp_path: Path, again: bool = False, **env: str) -> tuple[dict, list[s
     whole log."""
     script = tmp_path / "process.py"
     script.write_text(PROCESS.format(again=AGAIN if again else "", offered=lowlat.offered_source()))
-    result = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        env=child_env(tmp_path, **env),
-        cwd=tmp_path,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-5000:]
-    reports = [line for line in result.stdout.splitlines() if line.startswith("REPORT ")]
-    assert len(reports) == 1, result.stdout
-    ours = [line for line in result.stderr.splitlines() if OURS.search(line)]
-    return json.loads(reports[0][len("REPORT ") :]), ours, result.stderr
+    report, stderr = run_reporting(script, child_env(tmp_path, **env), tmp_path)
+    return report, [line for line in stderr.splitlines() if OURS.search(line)], stderr
 
 
 @pytest.fixture

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM is not installed here (`nox -s vllm` runs these tests)")
 
 from tests import lowlat
+from tests.child_script import run_reporting
 
 N, K = lowlat.SHAPE
 ROOT = Path(__file__).resolve().parents[2]
@@ -77,20 +76,8 @@ def serve(tmp_path: Path, again: bool = False, **env: str) -> tuple[dict, list[s
         if not k.startswith(("FI_PATCHES_", "VLLM_")) and k != "PYTHONPATH"
     }
     child.update(FI_PATCHES_DEVICE="sm_103", VLLM_LOGGING_STREAM="ext://sys.stderr", **env)
-    result = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        env=child,
-        cwd=tmp_path,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-5000:]
-    reports = [line for line in result.stdout.splitlines() if line.startswith("REPORT ")]
-    assert len(reports) == 1, result.stdout
-    ours = [line for line in result.stderr.splitlines() if OURS.search(line)]
-    return json.loads(reports[0][len("REPORT ") :]), ours
+    report, stderr = run_reporting(script, child, tmp_path)
+    return report, [line for line in stderr.splitlines() if OURS.search(line)]
 
 
 @pytest.fixture
