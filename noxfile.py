@@ -12,7 +12,8 @@ fails when any cell disagrees with the matrix). The logic lives in ``compat/``; 
 wires sessions.
 
 ``nox -s vllm`` builds a venv of its own with vLLM (never the default test venv) and runs the
-tests that need it (``tests/vllm``).
+tests that need it (``tests/vllm``); ``nox -s sglang`` does the same for SGLang
+(``tests/sglang``).
 """
 
 from __future__ import annotations
@@ -168,23 +169,49 @@ VLLM_FLASHINFER = "flashinfer-python==0.7.4"
 VLLM_TESTS = ("tests/vllm", "tests/test_vllm_settings.py")
 
 
-@nox.session
-def vllm(session: nox.Session) -> None:
-    """The vLLM integration against the real vLLM on CPU: vLLM installed without its
-    dependencies (they pull a CUDA torch) plus the few its plugin loader and MXFP8 kernel
-    module import (``tests/vllm/requirements.txt``), then ``doctor`` and the vLLM tests."""
+def _host_environment(session: nox.Session, host: str, requirements: Path, label: str) -> None:
+    """A venv of the CPU torch (held), FlashInfer 0.7.4, the project's test extra and the
+    ``requirements`` the host's imported modules need, then ``host`` itself without its
+    dependencies (they pull a CUDA torch); then ``doctor``."""
     start = time.monotonic()
     held = Path(session.create_tmp()) / "torch.txt"
     held.write_text(f"{MATRIX.torch}\n")
     # torch first and held: the machine's CPU wheel; anything looser resolves a CUDA build.
     session.install("-q", MATRIX.torch)
-    light = str(ROOT / "tests" / "vllm" / "requirements.txt")
-    session.install("-q", "-c", str(held), VLLM_FLASHINFER, "-e", f"{ROOT}[test]", "-r", light)
-    session.install("-q", "--no-deps", VLLM)
+    session.install(
+        "-q", "-c", str(held), VLLM_FLASHINFER, "-e", f"{ROOT}[test]", "-r", str(requirements)
+    )
+    session.install("-q", "--no-deps", host)
     python = Path(session.bin) / "python"
-    found = runner.installed_versions(python, ["torch", "vllm", runner.DISTRIBUTION])
+    name = host.split("==")[0]
+    found = runner.installed_versions(python, ["torch", name, runner.DISTRIBUTION])
     if "+cpu" not in (found["torch"] or ""):
-        session.error(f"the vLLM environment has torch {found['torch']!r}, not a CPU build")
-    session.log(f"vLLM environment ready in {time.monotonic() - start:.0f} s: {found}")
+        session.error(f"the {label} environment has torch {found['torch']!r}, not a CPU build")
+    session.log(f"{label} environment ready in {time.monotonic() - start:.0f} s: {found}")
     session.run("python", "-m", "fi_patches", "doctor", env={"FI_PATCHES_DEVICE": "sm_103"})
+
+
+@nox.session
+def vllm(session: nox.Session) -> None:
+    """The vLLM integration against the real vLLM on CPU: vLLM installed without its
+    dependencies plus the few its plugin loader and MXFP8 kernel module import
+    (``tests/vllm/requirements.txt``), then ``doctor`` and the vLLM tests."""
+    _host_environment(session, VLLM, ROOT / "tests" / "vllm" / "requirements.txt", "vLLM")
     session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *VLLM_TESTS)
+
+
+SGLANG = "sglang==0.5.23"
+SGLANG_TESTS = ("tests/sglang",)
+
+
+@nox.session
+def sglang(session: nox.Session) -> None:
+    """The SGLang plugin against the real SGLang on CPU: SGLang installed without its
+    dependencies plus the few ``import sglang.srt.plugins`` needs
+    (``tests/sglang/requirements.txt``), then ``doctor``, the SGLang tests and the drift cases
+    of the SGLang internals (absent, so not run, in the main run)."""
+    _host_environment(session, SGLANG, ROOT / "tests" / "sglang" / "requirements.txt", "SGLang")
+    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *SGLANG_TESTS)
+    session.run(
+        "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/drift", "-k", "sglang"
+    )

@@ -51,6 +51,11 @@ VLLM = Variable(
 VLLM_ROUTE = Variable(
     "FI_PATCHES_VLLM_ROUTE", "1: route vLLM's cute-dsl MXFP8 linears through fi_patches.mxfp8.mm"
 )
+SGLANG = Variable(
+    "FI_PATCHES_SGLANG",
+    "1: activate the SGLang plugin (FI_PATCHES_PINS also does); 0: keep it off whatever else is "
+    "set",
+)
 CACHE_DIR = Variable(
     "FI_PATCHES_CACHE_DIR",
     "where self-check outcomes are kept (default $XDG_CACHE_HOME/fi_patches, else "
@@ -80,6 +85,7 @@ VARIABLES: tuple[Variable, ...] = (
     PTXAS,
     VLLM,
     VLLM_ROUTE,
+    SGLANG,
     RANK_GUARD,
     RANK_GUARD_TUNING,
     CUTE_DSL_ARCH,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from fi_patches.compat.feature import Feature
 from fi_patches.internals import flashinfer as fi
+from fi_patches.internals import sglang as sg
 from fi_patches.internals import vllm as vl
 from fi_patches.internals.names import PINNED_OPS as PINNED_OPS_NAME
 
@@ -84,6 +85,16 @@ VLLM_ROUTE = Feature(
     self_check="fi_patches.vllm.self_check:route_self_check",
 )
 
+SGLANG_PLUGIN = Feature(
+    name=sg.PLUGIN,
+    summary=(
+        "SGLang's general plugin activates fi_patches (FI_PATCHES_PINS) in every SGLang process"
+    ),
+    requires=(sg.SGLANG,),
+    devices=sg.PLUGIN_DEVICES,
+    self_check="fi_patches.sglang.self_check:plugin_self_check",
+)
+
 FEATURES: tuple[Feature, ...] = (
     PINNED_OPS,
     PINNED_TACTICS,
@@ -92,6 +103,7 @@ FEATURES: tuple[Feature, ...] = (
     PRESEED,
     VLLM_PLUGIN,
     VLLM_ROUTE,
+    SGLANG_PLUGIN,
 )
 
 

@@ -112,3 +112,18 @@ def served(tuner: Any, n: int, k: int, rows: int) -> Any:
         inputs=inputs,
     )
     return tuple(tactic) if hit else None
+
+
+def offered_source(n: int = SHAPE[0], k: int = SHAPE[1]) -> str:
+    """The source of ``offered(rows)`` for a child process's script (it needs ``torch`` and
+    FlashInfer's ``gemm_base`` imported): the tactics FlashInfer's real low-latency runner
+    offers for an ``(n, k)`` problem of ``rows`` rows on sm_103, as lists."""
+    return f"""def offered(rows):
+    a = torch.empty(rows, {k}, dtype=torch.float8_e4m3fn)
+    b = torch.empty({n}, {k}, dtype=torch.float8_e4m3fn).t()
+    inputs = [a, b, torch.empty(1, dtype=torch.uint8), torch.empty(1, dtype=torch.uint8),
+              torch.bfloat16, torch.empty(rows, {n}, dtype=torch.bfloat16),
+              torch.empty(1, dtype=torch.uint8)]
+    runner = gemm_base._cutedsl_low_latency_blockscaled_gemm_runner(103, True)
+    return [list(t) for t in runner.get_valid_tactics(inputs, None)]
+"""

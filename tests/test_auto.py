@@ -177,14 +177,7 @@ from flashinfer.gemm import gemm_base
 {after}
 import torch
 import fi_patches
-def offered(rows):
-    a = torch.empty(rows, {k}, dtype=torch.float8_e4m3fn)
-    b = torch.empty({n}, {k}, dtype=torch.float8_e4m3fn).t()
-    inputs = [a, b, torch.empty(1, dtype=torch.uint8), torch.empty(1, dtype=torch.uint8),
-              torch.bfloat16, torch.empty(rows, {n}, dtype=torch.bfloat16), torch.empty(1, dtype=torch.uint8)]
-    runner = gemm_base._cutedsl_low_latency_blockscaled_gemm_runner(103, True)
-    return [list(t) for t in runner.get_valid_tactics(inputs, None)]
-def report():
+{offered}def report():
     return {{"pinned": offered(8), "unpinned": len(offered(4)), "fi_patches_from": fi_patches.__file__}}
 if __name__ == "__main__":
     if "--spawn" in sys.argv:
@@ -200,7 +193,11 @@ if __name__ == "__main__":
 
 def consumer(tmp_path: Path, before: str = "", after: str = "") -> Path:
     path = tmp_path / "consumer.py"
-    path.write_text(textwrap.dedent(CONSUMER.format(before=before, after=after, n=N, k=K)))
+    path.write_text(
+        textwrap.dedent(
+            CONSUMER.format(before=before, after=after, offered=lowlat.offered_source())
+        )
+    )
     return path
 
 

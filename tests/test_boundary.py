@@ -14,8 +14,8 @@ from fi_patches.internals import Internal, OneOf, declared, mutations
 
 PACKAGE = Path(__file__).resolve().parent.parent / "fi_patches"
 BOUNDARY = PACKAGE / "internals"
-FOREIGN = ("flashinfer", "vllm")
-MODULE_PATH = re.compile(r"^(flashinfer|vllm)\.\w+(\.\w+)*(:\w+)?$")
+FOREIGN = ("flashinfer", "vllm", "sglang")
+MODULE_PATH = re.compile(r"^(flashinfer|vllm|sglang)\.\w+(\.\w+)*(:\w+)?$")
 IMPORTERS = ("import_module", "__import__", "find_spec", "when_imported")
 
 

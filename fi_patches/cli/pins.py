@@ -24,9 +24,10 @@ def register(commands: Any) -> None:
         action="append",
         required=True,
         metavar="CACHE",
-        help="v1 JSON file, v2 store directory, or a vLLM or SGLang cache directory (its "
-        "files in their layout); repeat to merge several (one per rank, or "
-        "several restarts): per bucket the majority wins, then the runner's enumerator order",
+        help="v1 JSON file, v2 store directory, or a vLLM or SGLang cache directory (an "
+        "SGLang one: its rank files of the installed FlashInfer and --device); repeat to merge "
+        "several (one per rank, or several restarts): per bucket the majority wins, then the "
+        "runner's enumerator order",
     )
     record.add_argument("--out", help="write the table here (.toml or .json); default: stdout")
     record.add_argument(
@@ -42,6 +43,9 @@ def register(commands: Any) -> None:
         nargs="+",
         metavar="CACHE_OR_TABLE",
         help="two or more; a vLLM or SGLang cache directory stands for its files",
+    )
+    diff.add_argument(
+        "--device", help="the arch of an SGLang directory's rank files (default: this one)"
     )
     diff.set_defaults(run=run_diff)
     check = verbs.add_parser(
@@ -101,7 +105,6 @@ def run_record(args: argparse.Namespace) -> int:
     from fi_patches.pins.merge import merge, provenance, runner_order
     from fi_patches.pins.record import (
         TunerCacheError,
-        expand_sources,
         is_fallback,
         read_cache,
         section_of,
@@ -120,11 +123,12 @@ def run_record(args: argparse.Namespace) -> int:
         print(f"pins record: {problem}", file=sys.stderr)
         return 2
     try:
-        paths = expand_sources(args.sources)
-        read = [(path, *read_cache(path)) for path in paths]
+        sources, described = _sources(list(dict.fromkeys(args.sources)), device)
+        read = [(s.label, *read_cache(s.path)) for s in sources]
     except TunerCacheError as exc:
         print(f"pins record: {exc}", file=sys.stderr)
         return 1
+    paths = [s.label for s in sources]
     for path, entries, _ in read:
         if not entries:
             print(
@@ -161,7 +165,7 @@ def run_record(args: argparse.Namespace) -> int:
             merged,
             device=device,
             flashinfer_version=str(version),
-            source=f"recorded from {', '.join(paths)}",
+            source=f"recorded from {_source_text(args.sources, sources, described)}",
             bucket_of=bucket_of,
             note=note,
         )
@@ -194,6 +198,7 @@ def run_record(args: argparse.Namespace) -> int:
             "sections need its tuner's row buckets",
             file=sys.stderr,
         )
+    disagreements = [f"  {v.describe(where(v))}" for v in votes]
     if args.out:
         try:
             write_all([(args.out, text)])
@@ -204,11 +209,29 @@ def run_record(args: argparse.Namespace) -> int:
             ", ".join(f"{len(v)} {k}" for k, v in mapping.items() if k != "meta") or "no entries"
         )
         print(f"wrote {args.out}: {counts}" + (f" ({summary})" if len(paths) > 1 else "") + skipped)
+        print("\n".join(disagreements), end="\n" if disagreements else "")
     else:
         print(text, end="")
         if len(paths) > 1 or skipped:
-            print(f"pins record: {summary}{skipped}", file=sys.stderr)
+            print("\n".join([f"pins record: {summary}{skipped}", *disagreements]), file=sys.stderr)
     return 0
+
+
+def _sources(inputs: list[str], device: str | None) -> tuple[list[Any], dict[str, str]]:
+    """The caches ``inputs`` stand for (an SGLang directory: its rank files of the installed
+    FlashInfer and ``device``)."""
+    from fi_patches.compat.installed import installed_flashinfer
+    from fi_patches.pins.sglang_caches import expand
+
+    return expand(inputs, installed_flashinfer().version_text, device)
+
+
+def _source_text(inputs: list[str], sources: list[Any], described: dict[str, str]) -> str:
+    """The table's ``[meta] source``: each input, an SGLang directory by its model key's."""
+    if not described:
+        return ", ".join(s.label for s in sources)
+    parts = [described.get(text, text) for text in dict.fromkeys(inputs)]
+    return ", ".join(parts)
 
 
 def run_diff(args: argparse.Namespace) -> int:
@@ -220,15 +243,16 @@ def run_diff(args: argparse.Namespace) -> int:
         value_text,
     )
     from fi_patches.pins.errors import PinTableError
-    from fi_patches.pins.record import TunerCacheError, expand_sources
+    from fi_patches.pins.record import TunerCacheError
 
     bucket_of = _bucket_of()
     try:
-        inputs = expand_sources(args.inputs)
-        if len(inputs) < 2:
+        device = _diff_device(args.device)
+        sources, _ = _sources(list(args.inputs), device)
+        if len(sources) < 2:
             print("pins diff: give two or more tuner caches or pin tables", file=sys.stderr)
             return 2
-        choices = [read_choices(path, bucket_of) for path in inputs]
+        choices = [read_choices(str(s.path), bucket_of) for s in sources]
     except (TunerCacheError, PinTableError) as exc:
         print(f"pins diff: {exc}", file=sys.stderr)
         return 2
@@ -238,9 +262,24 @@ def run_diff(args: argparse.Namespace) -> int:
     diffs, total = differing(choices)
     if diffs:
         rows = [(bucket_label(d.key, bucket_of), *(value_text(v) for v in d.values)) for d in diffs]
-        print(render(("bucket", *inputs), rows))
+        print(render(("bucket", *(s.label for s in sources)), rows))
     print(f"{len(diffs)} of {total} buckets differ")
     return 1 if diffs else 0
+
+
+def _diff_device(requested: str | None) -> str | None:
+    """The arch SGLang directories are read for: ``--device``, else this machine's, else none
+    (then an SGLang cache directory is refused with the reason)."""
+    from fi_patches.pins.record import TunerCacheError
+
+    if requested is None:
+        from fi_patches.compat.device import current_device
+
+        return current_device().arch
+    device, problem = _record_device(requested)
+    if device is None:
+        raise TunerCacheError(problem)
+    return device
 
 
 def run_check(args: argparse.Namespace) -> int:

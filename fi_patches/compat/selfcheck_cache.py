@@ -37,6 +37,7 @@ from fi_patches import _env
 from fi_patches._logging import get_logger, log_once
 from fi_patches.compat.device import device_properties
 from fi_patches.internals.flashinfer import FLASHINFER
+from fi_patches.internals.sglang import SGLANG
 from fi_patches.internals.vllm import VLLM
 
 logger = get_logger(__name__)
@@ -49,6 +50,7 @@ DISTRIBUTIONS = (
     "nvidia-cutlass-dsl",
     "torch",
     VLLM.distribution,
+    SGLANG.distribution,
 )
 """Distributions whose versions key an outcome (FlashInfer's location and mtime are added)."""
 

@@ -1,10 +1,10 @@
 """The boundary: every internal fi_patches uses from another package, declared once with the
 probe that guards it and the features that need it (``tuner.py``: FlashInfer's tuner contract,
 which pinning any op needs; ``flashinfer.py``: the MXFP8 internals; ``cute_dsl.py``: the CuTe
-DSL's, which the wide kernel and its FlashInfer base class use; ``tune_group.py``;
-``vllm.py``). No other module of fi_patches imports FlashInfer or names one of its private
-members; ``tests/test_boundary.py``
-checks that, and the drift suite (``tests/drift/``) breaks each declared internal in turn."""
+DSL's, which the wide kernel and its FlashInfer base class use; ``tune_group.py``; ``vllm.py``;
+``sglang.py``). No other module of fi_patches imports FlashInfer or names one of its private
+members; ``tests/test_boundary.py`` checks that, and the drift suite (``tests/drift/``) breaks
+each declared internal in turn."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ __all__ = [
 
 def declared() -> tuple[Declared, ...]:
     """Every declared internal, of every dependency (declarations import nothing heavy)."""
-    from fi_patches.internals import cute_dsl, flashinfer, tune_group, tuner, vllm
+    from fi_patches.internals import cute_dsl, flashinfer, sglang, tune_group, tuner, vllm
 
     return (
         tuner.INTERNALS
@@ -42,6 +42,7 @@ def declared() -> tuple[Declared, ...]:
         + cute_dsl.INTERNALS
         + tune_group.INTERNALS
         + vllm.INTERNALS
+        + sglang.INTERNALS
     )
 
 

@@ -4,11 +4,11 @@ and issues its GEMM as the route assumes."""
 
 from __future__ import annotations
 
-import importlib.metadata
 import inspect
 from typing import Any
 
 from fi_patches.compat.device import Device
+from fi_patches.host_plugin import entry_point_problem
 from fi_patches.internals import vllm as upstream
 
 _N, _K = 256, 512
@@ -20,19 +20,9 @@ def plugin_self_check(device: Device) -> str | None:
     group = upstream.plugins_group()
     if group != upstream.GENERAL_PLUGINS_GROUP:
         return f"vLLM loads general plugins from {group!r}, not {upstream.GENERAL_PLUGINS_GROUP!r}"
-    found = [
-        ep
-        for ep in importlib.metadata.entry_points(group=upstream.GENERAL_PLUGINS_GROUP)
-        if ep.name == upstream.ENTRY_POINT_NAME
-    ]
-    if not found:
-        return (
-            f"no entry point {upstream.ENTRY_POINT_NAME!r} in {upstream.GENERAL_PLUGINS_GROUP!r}: "
-            "reinstall fi_patches"
-        )
-    if found[0].value != upstream.ENTRY_POINT_VALUE:
-        return f"entry point {upstream.ENTRY_POINT_NAME!r} is {found[0].value!r}"
-    return None
+    return entry_point_problem(
+        upstream.GENERAL_PLUGINS_GROUP, upstream.ENTRY_POINT_NAME, upstream.ENTRY_POINT_VALUE
+    )
 
 
 def _round_up(x: int, m: int) -> int:

@@ -8,8 +8,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ import pytest
 pytest.importorskip("vllm", reason="vLLM is not installed here (`nox -s vllm` runs these tests)")
 
 from tests import lowlat
+from tests.child_script import run_reporting
 
 N, K = lowlat.SHAPE
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,14 +36,7 @@ import flashinfer
 from flashinfer.gemm import gemm_base
 import torch
 from fi_patches.pinning.installation import installed_count
-def offered(rows):
-    a = torch.empty(rows, {k}, dtype=torch.float8_e4m3fn)
-    b = torch.empty({n}, {k}, dtype=torch.float8_e4m3fn).t()
-    inputs = [a, b, torch.empty(1, dtype=torch.uint8), torch.empty(1, dtype=torch.uint8),
-              torch.bfloat16, torch.empty(rows, {n}, dtype=torch.bfloat16), torch.empty(1, dtype=torch.uint8)]
-    runner = gemm_base._cutedsl_low_latency_blockscaled_gemm_runner(103, True)
-    return [list(t) for t in runner.get_valid_tactics(inputs, None)]
-apply = vars(kernels.FlashInferCutedslMxfp8LinearKernel)["apply_weights"]
+{offered}apply = vars(kernels.FlashInferCutedslMxfp8LinearKernel)["apply_weights"]
 print("REPORT " + json.dumps({{
     "pinned": offered(8),
     "unpinned": len(offered(4)),
@@ -77,27 +69,15 @@ def serve(tmp_path: Path, again: bool = False, **env: str) -> tuple[dict, list[s
     """Run the script as a vLLM process would (a fresh interpreter, vLLM's logging on
     stderr); its report and fi_patches' log lines."""
     script = tmp_path / "server.py"
-    script.write_text(SERVER.format(again=AGAIN if again else "", n=N, k=K))
+    script.write_text(SERVER.format(again=AGAIN if again else "", offered=lowlat.offered_source()))
     child = {
         k: v
         for k, v in os.environ.items()
         if not k.startswith(("FI_PATCHES_", "VLLM_")) and k != "PYTHONPATH"
     }
     child.update(FI_PATCHES_DEVICE="sm_103", VLLM_LOGGING_STREAM="ext://sys.stderr", **env)
-    result = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        env=child,
-        cwd=tmp_path,
-        timeout=600,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr[-5000:]
-    reports = [line for line in result.stdout.splitlines() if line.startswith("REPORT ")]
-    assert len(reports) == 1, result.stdout
-    ours = [line for line in result.stderr.splitlines() if OURS.search(line)]
-    return json.loads(reports[0][len("REPORT ") :]), ours
+    report, stderr = run_reporting(script, child, tmp_path)
+    return report, [line for line in stderr.splitlines() if OURS.search(line)]
 
 
 @pytest.fixture

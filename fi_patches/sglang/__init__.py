@@ -1,0 +1,2 @@
+"""fi_patches inside SGLang: the ``sglang.srt.plugins`` entry point (:mod:`.plugin`), its
+settings and its self-check."""
