@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from tests import lowlat
+from tests.conftest import require_release_supports
 
 ROOT = Path(__file__).resolve().parent.parent
 N, K = lowlat.SHAPE
@@ -66,6 +67,7 @@ def _python(args: list[str], cwd: Path, cache: Path) -> subprocess.CompletedProc
 
 
 def test_doctor_pins_check_and_explain_agree_after_a_simulated_pass(tmp_path):
+    require_release_supports("pinned_tactics")  # the simulated pass runs its self-check
     table = tmp_path / "pins.toml"
     table.write_text(TABLE)
     cache = tmp_path / "cache"
