@@ -22,6 +22,8 @@ from fi_patches.pins.merge import merge as merge_caches
 from fi_patches.pins.record import Tuned, TunerCacheError, from_v1_file
 from fi_patches.pins.toml_writer import dumps
 
+pytestmark = pytest.mark.release_independent  # files and the index alone: no FlashInfer call
+
 CPU_BOUND_S = 2.0
 
 names = st.text(st.sampled_from("abcdefgh_:0123456789"), min_size=1, max_size=24).filter(

@@ -12,7 +12,7 @@ from fi_patches.cli import main
 from fi_patches.pins import PinTable
 from fi_patches.pins.record import from_tuner, parse_file_key, read_cache, to_table
 from tests import cutedsl, lowlat
-from tests.conftest import flashinfer_or_skip
+from tests.conftest import require_release_supports
 from tests.mxfp8_inputs import Mxfp8Problem
 
 N, K = lowlat.SHAPE
@@ -205,7 +205,7 @@ def test_check_of_a_lockfile_finds_runners_and_ops_and_leaves_tactics_to_the_tun
     """A ``[[pin]]``'s runner and op are FlashInfer's or the entry is invalid; its tactic can
     be listed only by the tuner on the op's real inputs, so ``pins check`` says unchecked (exit
     3) with that reason, and doctor still counts the entry as applied."""
-    flashinfer_or_skip()
+    require_release_supports("pinned_ops")
     from fi_patches.pins.check import pins_per_op
 
     body = (
