@@ -5,7 +5,9 @@ Each file comes from FlashInfer's own tuner (or fi_patches' ``tune``) on CPU, wi
 device and the kernel timing simulated (``tests/simulation.py``), in a child process per file
 (a v2 store stays attached to the process that tuned with it). What the comparison ignores:
 the environment fields FlashInfer writes beside the entries (``_metadata`` but its
-``flashinfer_version``, the v2 manifest likewise, and the store's environment folder name)."""
+``flashinfer_version``, the v2 manifest likewise, and the store's environment folder name),
+and a v1 file's ``_generation``, FlashInfer's hash over the whole file with that environment
+(it differs between two virtual environments of the same packages)."""
 
 from __future__ import annotations
 
@@ -169,6 +171,7 @@ def content(folder: Path) -> dict[str, Any]:
             data = json.loads(path.read_text())
             if "_metadata" in data:
                 data["_metadata"] = _kept(data["_metadata"])
+            data.pop("_generation", None)
             found[what] = data
     return found
 
