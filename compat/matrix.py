@@ -93,6 +93,8 @@ class Cell:
     """The nvidia-cutlass-dsl release pinned in this cell ('' : whatever pip resolves)."""
     tests: tuple[str, ...] = ()
     """The test paths this cell runs (empty: the whole suite)."""
+    suite: str = ""
+    """The name of the ``[suites]`` list ``tests`` came from ('' : given inline or whole)."""
 
     @property
     def environment(self) -> str:
@@ -168,6 +170,8 @@ _TOP_KEYS = {
     "features",
     "feature_expect",
     "run_everywhere",
+    "suites",
+    "tests",
     "expect",
     "cell",
 }
@@ -245,6 +249,37 @@ def _check_release(text: Any, where: str) -> str:
     return text
 
 
+def _suites(raw: Any, where: str) -> dict[str, tuple[str, ...]]:
+    """``[suites]``: named lists of test paths, each path relative to the repository root."""
+    if not isinstance(raw, Mapping):
+        raise MatrixError(f"{where}: a table of suite name = [test paths]")
+    root = Path(__file__).resolve().parent.parent
+    suites: dict[str, tuple[str, ...]] = {}
+    for name, paths in raw.items():
+        if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
+            raise MatrixError(f"{where}: {name} must be a non-empty list of test paths")
+        for path in paths:
+            if not (root / path).exists():
+                raise MatrixError(f"{where}: {name} names {path!r}, which does not exist")
+        suites[str(name)] = tuple(paths)
+    return suites
+
+
+def _tests(
+    raw: Any, suites: Mapping[str, tuple[str, ...]], where: str
+) -> tuple[str, tuple[str, ...]]:
+    """A cell's tests: a suite's name or an inline list of paths (empty: the whole suite),
+    as (suite name or '', paths)."""
+    if isinstance(raw, str):
+        if raw not in suites:
+            known = ", ".join(sorted(suites)) or "none"
+            raise MatrixError(f"{where}: no suite {raw!r} under [suites] (known: {known})")
+        return raw, suites[raw]
+    if not isinstance(raw, list) or not all(isinstance(t, str) and t for t in raw):
+        raise MatrixError(f"{where}: give a suite name or a list of test paths, got {raw!r}")
+    return "", tuple(raw)
+
+
 def parse(data: Mapping[str, Any], source: str = "<matrix>") -> Matrix:
     """The matrix in ``data`` (a parsed TOML document); raises :class:`MatrixError`."""
     unknown = set(data) - _TOP_KEYS
@@ -267,6 +302,10 @@ def parse(data: Mapping[str, Any], source: str = "<matrix>") -> Matrix:
             re.compile(pattern)
         except (re.error, TypeError) as exc:
             raise MatrixError(f"{source}: run_everywhere {pattern!r}: {exc}") from exc
+
+    suites = _suites(data.get("suites", {}), f"{source}: [suites]")
+    default_tests = data.get("tests", [])
+    _tests(default_tests, suites, f"{source}: tests")
 
     named = {
         name: _expectation(name, raw, f"{source}: [expect.{name}]")
@@ -337,9 +376,7 @@ def parse(data: Mapping[str, Any], source: str = "<matrix>") -> Matrix:
         dsl = str(raw.get("dsl", ""))
         if dsl:
             _check_release(dsl, f"{where}: dsl")
-        tests = raw.get("tests", [])
-        if not isinstance(tests, list) or not all(isinstance(t, str) and t for t in tests):
-            raise MatrixError(f"{where}: tests is a list of test paths")
+        suite, tests = _tests(raw.get("tests", default_tests), suites, f"{where}: tests")
         cells.append(
             Cell(
                 id=cell_id,
@@ -351,7 +388,8 @@ def parse(data: Mapping[str, Any], source: str = "<matrix>") -> Matrix:
                 why=str(raw.get("why", "")).strip(),
                 known_failures=tuple(known),
                 dsl=dsl,
-                tests=tuple(tests),
+                tests=tests,
+                suite=suite,
             )
         )
     if not cells:

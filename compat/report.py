@@ -62,6 +62,12 @@ def _label(cell: Cell) -> str:
     return f"`{cell.id}`"
 
 
+def _suite(cell: Cell) -> str:
+    if cell.suite:
+        return f"{cell.suite} ({len(cell.tests)} paths)"
+    return f"{len(cell.tests)} paths" if cell.tests else "whole"
+
+
 def render(
     matrix: Matrix,
     results: Mapping[str, Mapping[str, Any]],
@@ -179,14 +185,17 @@ def render(
     # Tests.
     out += ["## Tests", ""]
     out.append(
-        'The README\'s `python -m pytest -q` in each cell. "disabled-skip" counts tests skipped '
+        "The README's `python -m pytest -q` in each cell, on the cell's suite (`[suites]` in "
+        '`matrix.toml`; "whole" where a cell names none). "disabled-skip" counts tests skipped '
         "by `require_feature` with the compat layer's reason (checked against the matrix)."
     )
     out.append("")
     out.append(
-        "| cell | " + " | ".join(OUTCOMES) + " | disabled-skip | failing or erroring files |"
+        "| cell | suite | "
+        + " | ".join(OUTCOMES)
+        + " | disabled-skip | failing or erroring files |"
     )
-    out.append("|---" * (len(OUTCOMES) + 3) + "|")
+    out.append("|---" * (len(OUTCOMES) + 4) + "|")
     for cell in matrix.cells:
         result = results.get(cell.id)
         if result is None or result.get("alias_of") or result.get("error"):
@@ -199,7 +208,7 @@ def render(
         files = failing_files(cases)
         listed = ", ".join(f"`{f}` ({len(v)})" for f, v in sorted(files.items())) or "—"
         out.append(
-            f"| {_label(cell)} | "
+            f"| {_label(cell)} | {_suite(cell)} | "
             + " | ".join(str(numbers[o]) for o in OUTCOMES)
             + f" | {disabled} | {listed} |"
         )

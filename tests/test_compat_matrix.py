@@ -175,6 +175,21 @@ def test_defaults_apply_to_every_feature_and_overrides_to_one():
     assert matrix.listed_as("0.7.4.post1") is None
 
 
+def test_cells_run_the_default_suite_unless_they_name_their_own():
+    data = copy.deepcopy(SAMPLE)
+    data["suites"] = {"core": ["tests/test_compat.py"], "wide": ["tests/test_wide_feature.py"]}
+    data["tests"] = "core"
+    data["cell"][1]["tests"] = "wide"
+    data["cell"][2]["tests"] = ["tests/test_boundary.py"]
+    cells = cm.parse(data).cells
+    assert [(c.suite, c.tests) for c in cells[:3]] == [
+        ("core", ("tests/test_compat.py",)),
+        ("wide", ("tests/test_wide_feature.py",)),
+        ("", ("tests/test_boundary.py",)),
+    ]
+    assert {c.suite for c in cm.load().cells} >= {"release", "dsl", "verdict"}
+
+
 def test_adding_a_feature_is_one_line():
     data = copy.deepcopy(SAMPLE)
     data["features"].append("pinned_cute_dsl")
@@ -212,6 +227,10 @@ def test_a_feature_that_differs_on_cpu_says_so_once():
         (lambda d: d["cell"].append(dict(d["cell"][0])), "share an id"),
         (lambda d: d.update(features=["pinned_tactics", "pinned_tactics"]), "twice"),
         (lambda d: d.update(features=[]), "non-empty list"),
+        (lambda d: d["cell"][0].update(tests="nightly"), "cell '0.6.18.post1': tests: no suite"),
+        (lambda d: d.update(suites={"one": ["tests/no_such.py"]}), r"\[suites\]: one names"),
+        (lambda d: d.update(suites={"one": []}), r"\[suites\]: one must be a non-empty"),
+        (lambda d: d.update(tests=7), "bad.toml: tests: give a suite name"),
     ],
 )
 def test_malformed_data_is_refused_with_the_place(change, message):
