@@ -4,6 +4,9 @@ neither can change without the other."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 from packaging.version import Version
 
@@ -11,6 +14,10 @@ from compat.matrix import NEWEST, load
 from fi_patches.compat.versions import is_verified
 from fi_patches.internals.flashinfer import FLASHINFER
 from fi_patches.internals.names import PINNED_TACTICS
+from fi_patches.internals.sglang import SGLANG
+from fi_patches.internals.vllm import VLLM
+
+ROOT = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.release_independent
 
@@ -35,3 +42,11 @@ def test_every_verified_release_is_inside_the_enabled_range_and_bounds_it():
     assert all(is_verified(r, FLASHINFER.verified) for r in releases)
     bounds = {Version(s.version) for s in FLASHINFER.verified}
     assert bounds == {releases[0], releases[-1]}  # the range spans exactly the verified ones
+
+
+@pytest.mark.parametrize("host", [VLLM, SGLANG], ids=lambda d: d.label)
+def test_a_hosts_verified_release_is_the_one_its_nox_session_runs(host):
+    """vLLM and SGLang are verified by their own nox session (the matrix installs neither)."""
+    pinned = re.findall(rf'"{host.distribution}==([^"]+)"', (ROOT / "noxfile.py").read_text())
+    assert host.releases == tuple(pinned)
+    assert all(is_verified(Version(r), host.verified) for r in host.releases)

@@ -32,7 +32,11 @@ from fi_patches.internals._declare import (
 )
 
 SGLANG = Dependency(
-    distribution="sglang", module="sglang", verified=SpecifierSet("==0.5.23"), label="SGLang"
+    distribution="sglang",
+    module="sglang",
+    verified=SpecifierSet("==0.5.23"),
+    label="SGLang",
+    releases=("0.5.23",),  # what ``nox -s sglang`` installs
 )
 """SGLang, and the releases the plugin is verified on (prerelease-aware, as FlashInfer's)."""
 
