@@ -158,7 +158,9 @@ def test_doctor_lists_sglang(sm103, capsys, monkeypatch):
     assert plugin["device"] == "any" and all(p["ok"] for p in plugin["probes"])
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
-    assert re.search(r"^sglang_plugin +enabled +- +any +SGLang 0\.5\.23 is verified", out, re.M)
+    assert re.search(
+        r"^sglang_plugin +enabled +- +yes +any +SGLang 0\.5\.23 is verified", out, re.M
+    )
     assert (
         "SGLang plugin: SGLang 0.5.23; entry point fi_patches registered in sglang.srt.plugins; "
         "it would activate (FI_PATCHES_SGLANG=1)." in out
