@@ -91,9 +91,12 @@ class ClassPins:
     groups: list[_KeyGroup] = field(default_factory=list)
     sections: list[tuple[Specialization, SectionIndex]] = field(default_factory=list)
     """Each spec with its section's entries."""
-    weights: dict[int, list[tuple[int, dict[Any, Any]]]] = field(default_factory=dict)
-    """Per input-list length: which input holds the weight and the sections' entries by that
-    input's shape (the hot path's one test: most calls find no pin there)."""
+
+
+Probe = tuple[int, frozenset[Any] | None, int | None]
+"""The hot path's one test of a call of ``len(inputs)`` inputs, ``(input, values, dim)``: the
+call may be pinned only if ``inputs[input].shape`` (its ``dim``-th size, when ``dim`` is not
+None) is in ``values``; ``values`` None means every call takes the full search."""
 
 
 def _free(pattern: ShapePattern) -> tuple[Any, ...]:
@@ -103,7 +106,7 @@ def _free(pattern: ShapePattern) -> tuple[Any, ...]:
 class PinIndex:
     """The pins of one scope's tables, merged (see the module docstring)."""
 
-    __slots__ = ("classes", "modes", "ops", "section_ops", "sections", "silenced")
+    __slots__ = ("classes", "modes", "ops", "probes", "section_ops", "sections", "silenced")
 
     def __init__(self) -> None:
         self.sections: dict[str, SectionIndex] = {}
@@ -116,6 +119,9 @@ class PinIndex:
         """Runner class -> the specializations whose pins silence it."""
         self.modes: dict[int, str] = {}
         """``id(entry)`` -> the mode of the block it came from (absent: narrow)."""
+        self.probes: dict[str, dict[int, Probe]] = {}
+        """Runner class -> per input-list length, the :data:`Probe` that every call pinned or
+        silenced here passes and most other calls fail (see :mod:`fi_patches.pinning.stack`)."""
 
     def serves_op(self, op: str) -> bool:
         """Whether a pin here may apply to a call of ``op``."""
@@ -178,16 +184,66 @@ def _merge(tables: Sequence[tuple[Any, str]]) -> PinIndex:
         for name in spec.runners:
             pins = index.classes.setdefault(name, ClassPins())
             pins.specs.append(spec)
-            entries = index.sections[spec.section]
-            pins.sections.append((spec, entries))
-            for length, (position, kn) in spec.weight_inputs.items():
-                by = entries.by_kn if kn else entries.by_nk
-                pins.weights.setdefault(length, []).append((position, by))
+            pins.sections.append((spec, index.sections[spec.section]))
         for name in spec.silences:
             index.silenced.setdefault(name, []).append(spec)
     index.section_ops = frozenset(section_ops)
+    index.probes = _probes(index)
     index.modes = {k: v for k, v in index.modes.items() if v == PRESEED}
     return index
+
+
+def _probes(index: PinIndex) -> dict[str, dict[int, Probe]]:
+    """Per runner class and input-list length, one test that every call the index pins or
+    silences passes: the sections' weight shapes, and for each ``[[pin]]`` group a fully fixed
+    input's shape (else its probed dimension)."""
+    tests: dict[str, dict[int, list[Probe]]] = {}
+
+    def add_sections(name: str, spec: Specialization, entries: SectionIndex) -> None:
+        for length, (position, kn) in spec.weight_inputs.items():
+            shapes = frozenset(entries.by_kn if kn else entries.by_nk)
+            tests.setdefault(name, {}).setdefault(length, []).append((position, shapes, None))
+
+    for name, pins in index.classes.items():
+        for spec, entries in pins.sections:
+            add_sections(name, spec, entries)
+        for group in pins.groups:
+            length = len(group.template.dims)
+            taken = {(at, dim) for at, _, dim in tests.get(name, {}).get(length, ())}
+            candidates = _group_tests(group)
+            chosen = next((c for c in candidates if (c[0], c[2]) in taken), candidates[0])
+            tests.setdefault(name, {}).setdefault(length, []).append(chosen)
+    for name, specs in index.silenced.items():
+        for spec in specs:
+            add_sections(name, spec, index.sections[spec.section])
+    return {
+        name: {length: combine(found) for length, found in lengths.items()}
+        for name, lengths in tests.items()
+    }
+
+
+def combine(tests: Sequence[Probe]) -> Probe:
+    """One probe that every call passing any of ``tests`` passes: their values' union when
+    they read the same input and dimension, else the full search for every call."""
+    places = {(at, dim) for at, _, dim in tests}
+    if len(places) == 1 and all(values is not None for _, values, _ in tests):
+        at, dim = places.pop()
+        return (at, frozenset().union(*(v for _, v, _ in tests if v is not None)), dim)
+    return (0, None, None)
+
+
+def _group_tests(group: _KeyGroup) -> list[Probe]:
+    """The tests a ``[[pin]]`` group's calls pass, best first: each input whose shape the
+    entries fix whole, then the group's probed dimension (or none: every call searches)."""
+    keys = list(group.any_op)
+    out: list[Probe] = []
+    for i, shape in enumerate(group.template.fixed()):
+        if shape and all(d is not None and d != 0 for d in shape):
+            out.append((i, frozenset(tuple(int(d) for d in k[i]) for k in keys), None))
+    if group.probe is not None:
+        out.append((group.probe[0], group.probe_values, group.probe[1]))
+    out.append((0, None, None))
+    return out
 
 
 def _add_pin(index: PinIndex, rank: int, pin: TunerPin) -> None:

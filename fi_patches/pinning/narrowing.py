@@ -94,6 +94,26 @@ def _dtypes(inputs: Sequence[Any]) -> tuple[Any, ...]:
     return (first, second, getattr(out, "dtype", None), len(inputs))
 
 
+QUIET = ("quiet",)
+"""What :func:`search` returns for a runner that offers nothing for a call."""
+
+
+def search(
+    name: str, gate: Any, runner: Any, inputs: Sequence[Any], profile: Any
+) -> tuple[Any, ...] | None:
+    """For a call of runner class ``name`` in this context: the pin that serves it (see
+    :func:`find_pin`), :data:`QUIET` when another of the op's runners is pinned for it, or None
+    (the stock list; also once the wrapper's patch is reverted)."""
+    index = stack.current_index() if gate.active else None
+    if index is None:  # another context's pin, or none while pins are suspended
+        return None
+    pins = index.classes.get(name)
+    found = None if pins is None else find_pin(index, pins, runner, inputs, profile)
+    if found is None and (TUNING[0] or name in index.silenced):
+        return QUIET if silenced(index, name, inputs, profile) else None
+    return found
+
+
 def silenced(index: PinIndex, name: str, inputs: Sequence[Any], profile: Any) -> bool:
     """Whether another runner of the op being tuned is pinned for this call."""
     call = CALL.get()
@@ -109,12 +129,16 @@ def silenced(index: PinIndex, name: str, inputs: Sequence[Any], profile: Any) ->
 def valid_tactics_replacement(name: str) -> Any:
     """``make(original, gate)`` for ``get_valid_tactics`` of the runner class ``name``.
 
-    Most calls find no pin: one context-variable read and a dict lookup or two, all of
-    fi_patches' own work under one guard (FlashInfer's own call is made outside it, so its
-    behaviour, exceptions included, is unchanged)."""
-    scope_of = stack._scope.get
+    Most calls find no pin: they fail the class's probe (one dict lookup and one tensor's shape
+    in a set, see :func:`fi_patches.pinning.stack.probe_cell`) and get the stock list without
+    reading their context; a call that passes it in a context without pins reads only that.
+    All of fi_patches' own work runs under one guard; FlashInfer's own call is made outside
+    it, so its behaviour, exceptions included, is unchanged."""
 
     def make(original: Any, gate: Any) -> Any:
+        cell = stack.probe_cell(name)
+        scope_of, plain = stack._scope.get, stack.PLAIN
+
         def unreadable() -> None:
             log_once(
                 logger,
@@ -130,34 +154,31 @@ def valid_tactics_replacement(name: str) -> Any:
             self: Any, inputs: Any, profile: Any = None, *args: Any, **kwargs: Any
         ) -> Any:
             found = None
-            quiet = False
             try:  # everything of fi_patches' own, attribute reads included
-                scope = scope_of()
-                index = scope.with_process() if stack._process_tables else scope.index
-                if index is not None and gate.active and stack._suspended is None:
-                    pins = index.classes.get(name)
-                    if pins is not None:
-                        for at, by in pins.weights.get(len(inputs), ()):
-                            if by.get(inputs[at].shape):
-                                found = find_pin(index, pins, self, inputs, profile)
-                                break
-                        else:
-                            for group in pins.groups:
-                                if group.admits(inputs):
-                                    found = find_pin(index, pins, self, inputs, profile)
-                                    break
-                    if found is None and (TUNING[0] or name in index.silenced):
-                        quiet = silenced(index, name, inputs, profile)
+                probe = cell[0].get(len(inputs))
+                if probe is not None:
+                    values = probe[1]
+                    if values is not None:
+                        try:
+                            shape = inputs[probe[0]].shape
+                            if (shape if probe[2] is None else shape[probe[2]]) not in values:
+                                probe = None
+                        except (AttributeError, IndexError):  # no pin has this form
+                            probe = None
+                if (probe is not None or TUNING[0]) and (
+                    scope_of().index is not None or not plain[0]
+                ):
+                    found = search(name, gate, self, inputs, profile)
             except Exception:
                 unreadable()
-                found, quiet = None, False
-            if quiet:
-                _note(inputs, name, ())
-                return []
+                found = None
             if found is None:
                 if args or kwargs:
                     return original(self, inputs, profile, *args, **kwargs)
                 return original(self, inputs, profile)
+            if found is QUIET:
+                _note(inputs, name, ())
+                return []
             offered = _offer(name, found, original, self, inputs, profile, args, kwargs)
             if TUNING[0] and len(offered) == 1:
                 _note(inputs, name, (as_tactic(offered[0]),))

@@ -2,9 +2,10 @@
 first) over process-wide tables (``fi_patches.auto``). One installed wrapper reads it, so
 entering and leaving never patches or unpatches anything per thread.
 
-Each scope keeps a merged index of its tables (:mod:`fi_patches.pinning.index`), so the
-installed wrappers' fast path costs one context-variable read and a dict lookup or two, and a
-memo for the routers of :mod:`fi_patches.mxfp8`, which dies with the scope.
+Each scope keeps a merged index of its tables (:mod:`fi_patches.pinning.index`) and a memo for
+the routers of :mod:`fi_patches.mxfp8`, which dies with the scope. Before any of that, a wrapper
+tests a call against the probes of every table held anywhere (:func:`probe_cell`): most calls
+fail it and get the stock list without reading their context.
 
 Leaving a block removes exactly that block's table, by identity, whatever order blocks are
 left in (generators closed out of order, tasks abandoned and finalized elsewhere): :func:`pop`
@@ -22,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from fi_patches.pinning.index import NARROW, PinIndex, merge
+from fi_patches.pinning.index import NARROW, PinIndex, Probe, combine, merge
 from fi_patches.pinning.sections import covering
 from fi_patches.pins.generation import GENERATION, bump
 from fi_patches.pins.table import PinTable
@@ -100,6 +101,74 @@ _scope: contextvars.ContextVar[_Scope] = contextvars.ContextVar("fi_patches_pins
 _process_lock = threading.Lock()
 _process_tables: tuple[PinTable, ...] = ()
 _suspended: str | None = None
+PLAIN = [True]
+"""``[True]`` while no process-wide table is active and pins are not suspended: a scope's own
+``index`` is then the one in force (the wrappers read this flag, not the two globals)."""
+_held: dict[int, list[Any]] = {}
+"""``id(table)`` -> ``[table, holders]`` for every table some scope may consult: open blocks,
+process-wide tables and :func:`isolated` blocks."""
+_cells: dict[str, list[dict[int, Probe]]] = {}
+"""Runner class -> ``[probes]``: per input-list length, one test that every call any held
+table pins or silences passes (see :func:`probe_cell`)."""
+
+
+def probe_cell(name: str) -> list[dict[int, Probe]]:
+    """The cell a wrapper of runner class ``name`` reads first on every call: a call failing
+    its probe has no pin in any scope, so the wrapper offers the stock list without reading
+    its context. Updated before a table becomes visible to any scope, and after it leaves."""
+    with _process_lock:
+        cell = _cells.get(name)
+        if cell is None:
+            cell = _cells[name] = [_union().get(name, {})]
+        return cell
+
+
+def _union() -> dict[str, dict[int, Probe]]:
+    indexes = [merge(((table, NARROW),)) for table, _ in _held.values()]
+    if len(indexes) == 1:
+        return indexes[0].probes
+    tests: dict[str, dict[int, list[Probe]]] = {}
+    for index in indexes:
+        for name, lengths in index.probes.items():
+            for length, probe in lengths.items():
+                tests.setdefault(name, {}).setdefault(length, []).append(probe)
+    return {
+        name: {length: combine(found) for length, found in lengths.items()}
+        for name, lengths in tests.items()
+    }
+
+
+def _hold(table: PinTable) -> None:
+    held = _held.get(id(table))
+    if held is not None:
+        held[1] += 1
+        return
+    _held[id(table)] = [table, 1]
+    try:
+        _refresh()
+    except BaseException:
+        del _held[id(table)]
+        raise
+
+
+def _drop(table: PinTable) -> None:
+    held = _held.get(id(table))
+    if held is None:
+        return
+    held[1] -= 1
+    if held[1] == 0:
+        del _held[id(table)]
+        _refresh()
+
+
+def _replain() -> None:
+    PLAIN[0] = not _process_tables and _suspended is None
+
+
+def _refresh() -> None:
+    union = _union()
+    for name, cell in _cells.items():
+        cell[0] = union.get(name, {})
 
 
 def current_index() -> PinIndex | None:
@@ -160,6 +229,7 @@ def push(table: PinTable, mode: str = NARROW) -> Block:
     with _process_lock:
         current = _scope.get()
         inner = _Scope((block, *current.blocks), current.include_process)
+        _hold(table)
         for held in inner.blocks:
             held.scopes.add(inner)
         _open_blocks.add(block)
@@ -184,6 +254,7 @@ def _leave(block: Block) -> None:
     for holder in list(block.scopes):
         holder._use(tuple(b for b in holder.blocks if b is not block))
     block.scopes.clear()
+    _drop(block.table)
 
 
 def leave_all() -> int:
@@ -201,11 +272,23 @@ def leave_all() -> int:
 def isolated(*tables: PinTable, mode: str = NARROW) -> Iterator[None]:
     """Only ``tables`` are active inside (no outer context, no process tables): for self-checks
     and for validating against FlashInfer's stock lists. Synchronous use only."""
-    token = _scope.set(_Scope(tuple(Block(t, mode) for t in tables), include_process=False))
+    with _process_lock:
+        scope = _Scope(tuple(Block(t, mode) for t in tables), include_process=False)
+        for done, table in enumerate(tables):
+            try:
+                _hold(table)
+            except BaseException:
+                for held in tables[:done]:
+                    _drop(held)
+                raise
+    token = _scope.set(scope)
     try:
         yield
     finally:
         _scope.reset(token)
+        with _process_lock:
+            for table in tables:
+                _drop(table)
 
 
 def add_process_table(table: PinTable) -> None:
@@ -214,6 +297,8 @@ def add_process_table(table: PinTable) -> None:
     with _process_lock:
         if table not in _process_tables:
             _process_tables = (*_process_tables, table)
+            _hold(table)
+            _replain()
             bump()
 
 
@@ -223,6 +308,8 @@ def remove_process_table(table: PinTable) -> None:
         remaining = tuple(t for t in _process_tables if t is not table)
         if remaining != _process_tables:
             _process_tables = remaining
+            _drop(table)
+            _replain()
             bump()
 
 
@@ -233,6 +320,7 @@ def suspend(reason: str) -> None:
     global _suspended
     with _process_lock:
         _suspended = reason
+        _replain()
         bump()  # what callers cached on the tables in force no longer holds
 
 
@@ -241,6 +329,7 @@ def resume() -> None:
     with _process_lock:
         if _suspended is not None:
             _suspended = None
+            _replain()
             bump()
 
 

@@ -184,23 +184,27 @@ class ShapePattern:
         return values.pop() if len(values) == 1 else None
 
     @functools.cached_property
-    def _checks(self) -> tuple[tuple[tuple[int, tuple[tuple[int, int], ...]], ...], Any]:
+    def _checks(self) -> tuple[tuple[tuple[int, int, tuple[tuple[int, int], ...]], ...], Any]:
         fixed = []
         for i, shape in enumerate(self.dims):
             dims = tuple((j, int(d)) for j, d in enumerate(shape) if d not in (ROWS, ANY, -1))
-            if dims:
-                fixed.append((i, dims))
+            if dims or ROWS in shape:
+                fixed.append((i, len(shape), dims))
         return tuple(fixed), self.rows_at
 
     def rows_of_inputs(self, inputs: Sequence[Any]) -> int | None:
         """The tuned dimension's value in a call's inputs (0 without one) when their shapes
-        match this pattern as given (a non-tensor reads ``(0,)``), else None."""
+        match this pattern as given, else None. Only inputs with a fixed or ``"rows"`` dimension
+        are read, ranks included (a non-tensor reads ``(0,)``); one of wildcards only matches
+        anything."""
         if len(inputs) != len(self.dims):
             return None
         fixed, rows_at = self._checks
         try:
-            for i, dims in fixed:
+            for i, rank, dims in fixed:
                 shape = getattr(inputs[i], "shape", _SCALAR)
+                if len(shape) != rank:
+                    return None
                 for j, value in dims:
                     if shape[j] != value:
                         return None
