@@ -7,9 +7,11 @@ import sys
 from typing import Any
 
 from fi_patches.internals import flashinfer as fi
-from fi_patches.mxfp8.routes import SHAPES, Choice, Route, choice_for
+from fi_patches.mxfp8.routes import Choice, Route, choice_for
 from fi_patches.pinning import stack
 from fi_patches.pinning.resolve import TableLike, pins_key
+from fi_patches.pins.generation import GENERATION as _GENERATION
+from fi_patches.pins.table import PinTable
 
 _scope_of = stack._scope.get
 
@@ -109,18 +111,21 @@ def mm(
     """
     shape = x.shape
     # The route for these shapes under the pins in force: one dict lookup in this scope's memo
-    # (which the pin state's generation empties) on a key of the tensors' shapes as they come.
-    # Everything the call needs besides comes with it: each global read costs on a path this
-    # short.
-    memo = _scope_of().memo()
-    by_shapes = memo.get(SHAPES)
-    if by_shapes is None:
-        by_shapes = memo.setdefault(SHAPES, {})
-    found = by_shapes.get(
-        (shape, weight.shape, out_dtype, pins if pins is None else pins_key(pins))
+    # (which the pin state's generation empties) on a key of the tensors' shapes as they come
+    # (a 4-tuple, apart from the routers' string keys). Everything the call needs besides comes
+    # with it: each object read costs on a path this short, the more so next to FlashInfer's.
+    scope = _scope_of()
+    memo = scope.rows if scope.rows_version == _GENERATION[0] else scope.memo()
+    found = memo.get(
+        (
+            shape,
+            weight.shape,
+            out_dtype,
+            pins if pins is None or pins.__class__ is PinTable else pins_key(pins),
+        )
     )
     if found is None:
-        found = _route_of(shape, weight.shape, out_dtype, pins, by_shapes)
+        found = _route_of(shape, weight.shape, out_dtype, pins, memo)
     backend, choice, rows, n, flat, flashinfer = found
     a = x if flat else x.reshape(-1, shape[-1])  # flat: the common case, no reshapes
     if x_scale is None:

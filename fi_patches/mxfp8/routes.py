@@ -189,12 +189,7 @@ def choice_for(
 def memo_size() -> int:
     """Routes remembered in this context's scope (for tests and benchmarks)."""
     memo = _scope_of().memo()
-    return len(memo.get(_CHOICES, ())) + len(memo.get(SHAPES, ()))
-
-
-SHAPES = "mxfp8.mm"
-"""The key of ``mm``'s hot-path memo in a scope's memo: ``(x.shape, weight.shape, out_dtype,
-pins)`` -> what its call needs (``mxfp8.mm._route_of``)."""
+    return len(memo.get(_CHOICES, ())) + sum(isinstance(key, tuple) for key in memo)
 
 
 def explain(

@@ -51,20 +51,22 @@ class _Scope:
 
     __slots__ = (
         "__weakref__",
-        "_memo",
-        "_memo_version",
         "_merged",
         "_merged_version",
         "blocks",
         "include_process",
         "index",
+        "rows",
+        "rows_version",
         "tables",
     )
 
     def __init__(self, blocks: tuple[Block, ...], include_process: bool = True) -> None:
         self.include_process = include_process
-        self._memo: dict[Any, Any] = {}
-        self._memo_version = -1
+        self.rows: dict[Any, Any] = {}
+        """The memo of :meth:`memo` (a hot path may read it directly while ``rows_version`` is
+        the pin state's generation)."""
+        self.rows_version = -1
         self._use(blocks)
 
     def _use(self, blocks: tuple[Block, ...]) -> None:
@@ -90,10 +92,10 @@ class _Scope:
         """This scope's memo for the pin state's current generation (routers cache what they
         chose here; it goes with the scope, and is emptied when the generation moves on)."""
         version = GENERATION[0]
-        if self._memo_version != version:
-            self._memo = {}
-            self._memo_version = version
-        return self._memo
+        if self.rows_version != version:
+            self.rows = {}
+            self.rows_version = version
+        return self.rows
 
 
 _EMPTY = _Scope(())
