@@ -128,6 +128,19 @@ def main() -> int:
     def call(inp):
         return lambda: runner.get_valid_tactics(inp, None)
 
+    runner_class = type(runner)
+    stock_method = vars(runner_class)["get_valid_tactics"]
+    pinned_shapes = frozenset({pinned_inputs[1].shape})
+
+    def floor(self, inputs, profile=None, *args, **kwargs):
+        # The least any wrapper of the method costs (for reference, installed only in this
+        # benchmark): it reads the weight's shape, tests it against a set, calls FlashInfer.
+        if inputs[1].shape in pinned_shapes:
+            pass
+        if args or kwargs:
+            return stock_method(self, inputs, profile, *args, **kwargs)
+        return stock_method(self, inputs, profile)
+
     def timed(fn) -> float:
         # This thread's CPU time: the calls' own work, not time descheduled by other load.
         clock = timeit.Timer(fn, timer=time.thread_time)
@@ -162,6 +175,11 @@ def main() -> int:
             assert runner.get_valid_tactics(pinned_inputs, None) == [pin]
             keep("pin pinned", timed(call(pinned_inputs)))
             keep("pin unpinned", timed(call(unpinned_inputs)))
+        runner_class.get_valid_tactics = floor
+        try:
+            keep("floor unpinned", timed(call(unpinned_inputs)))
+        finally:
+            runner_class.get_valid_tactics = stock_method
         holder = threading.Thread(target=hold)
         holder.start()
         entered.wait()
@@ -216,6 +234,13 @@ def main() -> int:
             paired("other thread", "stock pinned"),
             TARGET_UNPINNED,
         ),
+        (
+            "floor: one shape read and a set test (reference)",
+            stock_unpinned,
+            best["floor unpinned"],
+            paired("floor unpinned", "stock unpinned"),
+            None,
+        ),
     ]
 
     print(
@@ -227,9 +252,11 @@ def main() -> int:
         f"{'case':<46}{'stock us':>10}{'fi_patches us':>15}{'best':>7}{'median':>8}{'target':>9}  ok"
     )
     for name, stock, ours, ratio, target in rows:
+        limit = "-" if target is None else "<=" + format(target, ".2f")
+        ok = "-" if target is None else "yes" if ratio <= target else "NO"
         print(
             f"{name:<46}{stock:>10.2f}{ours:>15.2f}{ours / stock:>7.2f}{ratio:>8.3f}"
-            f"{'<=' + format(target, '.2f'):>9}  {'yes' if ratio <= target else 'NO'}"
+            f"{limit:>9}  {ok}"
         )
     with fi_patches.pinned_tactics(lockfile):  # checked once; every later entry reuses that
         pass

@@ -93,10 +93,10 @@ class ClassPins:
     """Each spec with its section's entries."""
 
 
-Probe = tuple[int, frozenset[Any] | None, int | None]
-"""The hot path's one test of a call of ``len(inputs)`` inputs, ``(input, values, dim)``: the
-call may be pinned only if ``inputs[input].shape`` (its ``dim``-th size, when ``dim`` is not
-None) is in ``values``; ``values`` None means every call takes the full search."""
+Probe = tuple[int, frozenset[Any] | None]
+"""The hot path's one test of a call of ``len(inputs)`` inputs, ``(input, shapes)``: the call
+may be pinned only if ``inputs[input].shape`` is in ``shapes``; ``shapes`` None means every
+call takes the full search."""
 
 
 def _free(pattern: ShapePattern) -> tuple[Any, ...]:
@@ -195,23 +195,23 @@ def _merge(tables: Sequence[tuple[Any, str]]) -> PinIndex:
 
 def _probes(index: PinIndex) -> dict[str, dict[int, Probe]]:
     """Per runner class and input-list length, one test that every call the index pins or
-    silences passes: the sections' weight shapes, and for each ``[[pin]]`` group a fully fixed
-    input's shape (else its probed dimension)."""
+    silences passes: the sections' weight shapes, and for each ``[[pin]]`` group the shape of
+    an input its entries fix whole (a group without one makes its length search every call)."""
     tests: dict[str, dict[int, list[Probe]]] = {}
 
     def add_sections(name: str, spec: Specialization, entries: SectionIndex) -> None:
         for length, (position, kn) in spec.weight_inputs.items():
             shapes = frozenset(entries.by_kn if kn else entries.by_nk)
-            tests.setdefault(name, {}).setdefault(length, []).append((position, shapes, None))
+            tests.setdefault(name, {}).setdefault(length, []).append((position, shapes))
 
     for name, pins in index.classes.items():
         for spec, entries in pins.sections:
             add_sections(name, spec, entries)
         for group in pins.groups:
             length = len(group.template.dims)
-            taken = {(at, dim) for at, _, dim in tests.get(name, {}).get(length, ())}
+            taken = {at for at, _ in tests.get(name, {}).get(length, ())}
             candidates = _group_tests(group)
-            chosen = next((c for c in candidates if (c[0], c[2]) in taken), candidates[0])
+            chosen = next((c for c in candidates if c[0] in taken), candidates[0])
             tests.setdefault(name, {}).setdefault(length, []).append(chosen)
     for name, specs in index.silenced.items():
         for spec in specs:
@@ -223,26 +223,23 @@ def _probes(index: PinIndex) -> dict[str, dict[int, Probe]]:
 
 
 def combine(tests: Sequence[Probe]) -> Probe:
-    """One probe that every call passing any of ``tests`` passes: their values' union when
-    they read the same input and dimension, else the full search for every call."""
-    places = {(at, dim) for at, _, dim in tests}
-    if len(places) == 1 and all(values is not None for _, values, _ in tests):
-        at, dim = places.pop()
-        return (at, frozenset().union(*(v for _, v, _ in tests if v is not None)), dim)
-    return (0, None, None)
+    """One probe that every call passing any of ``tests`` passes: their shapes' union when
+    they read the same input, else the full search for every call."""
+    places = {at for at, _ in tests}
+    if len(places) == 1 and all(shapes is not None for _, shapes in tests):
+        return (places.pop(), frozenset().union(*(v for _, v in tests if v is not None)))
+    return (0, None)
 
 
 def _group_tests(group: _KeyGroup) -> list[Probe]:
-    """The tests a ``[[pin]]`` group's calls pass, best first: each input whose shape the
-    entries fix whole, then the group's probed dimension (or none: every call searches)."""
+    """The tests a ``[[pin]]`` group's calls pass: one per input whose shape its entries fix
+    whole, then the full search."""
     keys = list(group.any_op)
     out: list[Probe] = []
     for i, shape in enumerate(group.template.fixed()):
         if shape and all(d is not None and d != 0 for d in shape):
-            out.append((i, frozenset(tuple(int(d) for d in k[i]) for k in keys), None))
-    if group.probe is not None:
-        out.append((group.probe[0], group.probe_values, group.probe[1]))
-    out.append((0, None, None))
+            out.append((i, frozenset(tuple(int(d) for d in k[i]) for k in keys)))
+    out.append((0, None))
     return out
 
 

@@ -94,6 +94,9 @@ def _dtypes(inputs: Sequence[Any]) -> tuple[Any, ...]:
     return (first, second, getattr(out, "dtype", None), len(inputs))
 
 
+_SEARCH = (0, None)
+"""A probe that sends every call to the full search."""
+
 QUIET = ("quiet",)
 """What :func:`search` returns for a runner that offers nothing for a call."""
 
@@ -136,7 +139,7 @@ def valid_tactics_replacement(name: str) -> Any:
     it, so its behaviour, exceptions included, is unchanged."""
 
     def make(original: Any, gate: Any) -> Any:
-        cell = stack.probe_cell(name)
+        probes = stack.probe_cell(name)
         scope_of, plain = stack._scope.get, stack.PLAIN
 
         def unreadable() -> None:
@@ -155,19 +158,18 @@ def valid_tactics_replacement(name: str) -> Any:
         ) -> Any:
             found = None
             try:  # everything of fi_patches' own, attribute reads included
-                probe = cell[0].get(len(inputs))
+                probe = probes.get(len(inputs))
                 if probe is not None:
-                    values = probe[1]
-                    if values is not None:
+                    shapes = probe[1]
+                    if shapes is not None:
                         try:
-                            shape = inputs[probe[0]].shape
-                            if (shape if probe[2] is None else shape[probe[2]]) not in values:
+                            if inputs[probe[0]].shape not in shapes:
                                 probe = None
-                        except (AttributeError, IndexError):  # no pin has this form
+                        except AttributeError:  # not a tensor: no pin has this form
                             probe = None
-                if (probe is not None or TUNING[0]) and (
-                    scope_of().index is not None or not plain[0]
-                ):
+                elif TUNING[0]:  # while tuning, any runner of a pinned op may be silenced
+                    probe = _SEARCH
+                if probe is not None and (scope_of().index is not None or not plain[0]):
                     found = search(name, gate, self, inputs, profile)
             except Exception:
                 unreadable()

@@ -109,19 +109,20 @@ PLAIN = [True]
 _held: dict[int, list[Any]] = {}
 """``id(table)`` -> ``[table, holders]`` for every table some scope may consult: open blocks,
 process-wide tables and :func:`isolated` blocks."""
-_cells: dict[str, list[dict[int, Probe]]] = {}
-"""Runner class -> ``[probes]``: per input-list length, one test that every call any held
-table pins or silences passes (see :func:`probe_cell`)."""
+_cells: dict[str, dict[int, Probe]] = {}
+"""Runner class -> its probes: per input-list length, one test that every call any held table
+pins or silences passes (see :func:`probe_cell`)."""
 
 
-def probe_cell(name: str) -> list[dict[int, Probe]]:
-    """The cell a wrapper of runner class ``name`` reads first on every call: a call failing
-    its probe has no pin in any scope, so the wrapper offers the stock list without reading
-    its context. Updated before a table becomes visible to any scope, and after it leaves."""
+def probe_cell(name: str) -> dict[int, Probe]:
+    """The probes a wrapper of runner class ``name`` reads first on every call: a call failing
+    its probe has no pin in any scope, so the wrapper offers the stock list without reading its
+    context. The dict is updated in place, key by key (a reader sees each probe old or new,
+    never none), before a table becomes visible to any scope and after it leaves."""
     with _process_lock:
         cell = _cells.get(name)
         if cell is None:
-            cell = _cells[name] = [_union().get(name, {})]
+            cell = _cells[name] = dict(_union().get(name, {}))
         return cell
 
 
@@ -170,7 +171,10 @@ def _replain() -> None:
 def _refresh() -> None:
     union = _union()
     for name, cell in _cells.items():
-        cell[0] = union.get(name, {})
+        probes = union.get(name, {})
+        cell.update(probes)
+        for length in [n for n in cell if n not in probes]:
+            del cell[length]
 
 
 def current_index() -> PinIndex | None:
