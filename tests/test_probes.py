@@ -1,7 +1,8 @@
 """The wrappers' first test (the probe of every table some scope may consult): whatever a
 ``[[pin]]`` entry fixes (a whole input, one dimension, nothing) and whoever holds its table
 (another thread, the same table twice, ``isolated``), a pinned call gets its pin, an unpinned
-one the stock list, and a table leaves the probe with its last holder.
+one the stock list, and a table leaves the probe with its last holder; while tuning, a runner
+whose own probe misses still yields to another runner's pin.
 
 Direct calls of the tests' own runners (real ``TunableRunner`` subclasses, ``tests/toy_op.py``)
 with real FlashInfer 0.7.x; no profiling is needed.
@@ -153,3 +154,37 @@ def test_isolated_tables_pin_and_leave_with_their_block(split):
             assert _tactics(split, 32) == STOCK
         assert _tactics(split, 32) == [4]
     assert stack.probe_cell("ToySplitRunner") == {}
+
+
+def test_while_tuning_a_runner_whose_own_pins_miss_still_yields_to_another_runners_pin(
+    split, monkeypatch
+):
+    """ToyTileRunner pinned for one weight and ToySplitRunner for the other: tuning the second
+    weight, the tile runner (its probe misses) must offer nothing, so the tuner profiles the
+    split runner's pin alone."""
+    import flashinfer
+
+    profiling = toy_op.start(monkeypatch, 22)
+    entry = {"op": toy_op.OP, "max_rows": 64, "min_rows": 1}
+    table = PinTable.from_mapping(
+        {
+            "meta": {"device": "*", "flashinfer": ""},
+            "pin": [
+                {**entry, "runner": "ToyTileRunner", "shapes": WHOLE, "tactic": [32, 3]},
+                {
+                    **entry,
+                    "runner": "ToySplitRunner",
+                    "shapes": [["rows", K], [K, 48]],
+                    "tactic": 4,
+                },
+            ],
+        }
+    )
+    with fi_patches.pinned_tactics(table), flashinfer.autotune(True):
+        toy_op.warm_up((8,))
+    pins = {32: ("ToyTileRunner", (32, 3)), 48: ("ToySplitRunner", 4)}
+    chosen = toy_op.chosen()
+    assert {n for n, _ in chosen} == {32, 48}
+    assert all(winner == pins[n] for (n, _), winner in chosen.items()), chosen
+    assert {(r, t) for r, _, t in profiling.timed} == set(pins.values())
+    assert len(profiling.timed) == len(chosen)  # one tactic profiled per key: its pin

@@ -94,9 +94,6 @@ def _dtypes(inputs: Sequence[Any]) -> tuple[Any, ...]:
     return (first, second, getattr(out, "dtype", None), len(inputs))
 
 
-_SEARCH = (0, None)
-"""A probe that sends every call to the full search."""
-
 QUIET = ("quiet",)
 """What :func:`search` returns for a runner that offers nothing for a call."""
 
@@ -167,9 +164,11 @@ def valid_tactics_replacement(name: str) -> Any:
                                 probe = None
                         except AttributeError:  # not a tensor: no pin has this form
                             probe = None
-                elif TUNING[0]:  # while tuning, any runner of a pinned op may be silenced
-                    probe = _SEARCH
-                if probe is not None and (scope_of().index is not None or not plain[0]):
+                # While tuning, a runner whose own pins miss may still yield to another
+                # runner's pin for the call (search tells), so every call searches.
+                if (probe is not None or TUNING[0]) and (
+                    scope_of().index is not None or not plain[0]
+                ):
                     found = search(name, gate, self, inputs, profile)
             except Exception:
                 unreadable()

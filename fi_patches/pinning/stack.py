@@ -117,8 +117,9 @@ pins or silences passes (see :func:`probe_cell`)."""
 def probe_cell(name: str) -> dict[int, Probe]:
     """The probes a wrapper of runner class ``name`` reads first on every call: a call failing
     its probe has no pin in any scope, so the wrapper offers the stock list without reading its
-    context. The dict is updated in place, key by key (a reader sees each probe old or new,
-    never none), before a table becomes visible to any scope and after it leaves."""
+    context. The dict is updated in place, key by key (a reader sees each length's probe as it
+    was or as it is): a table's probes are in it before the table becomes visible to any scope,
+    and stay until it has left every scope."""
     with _process_lock:
         cell = _cells.get(name)
         if cell is None:
