@@ -18,8 +18,8 @@ bookkeeping plus the host work of the call, which is what routing must not show 
 Per case, ``--rounds`` pairs of adjacent batches of ``--number`` calls, the order swapped every
 round, timed in this thread's CPU time (time descheduled by other load is not host work); the
 verdict is the median of the per-round ratios (the best rounds are printed too). Many short
-rounds: on a shared 2-core VM a ratio of batches of 200 calls moved by 3% between runs, one of
-batches of 20 by well under 1%. A last row, for reference, times the least any router written in
+rounds: on a shared 2-core VM the reference row's ratio moved by up to 6% between runs with
+batches of 200 calls, by about 2% with batches of 20. A last row, for reference, times the least any router written in
 Python costs: a function that finds the two tensors' shapes in a dict (a hit, as ``mm``'s memo
 gives) before making the direct call.
 Run from the repository root:

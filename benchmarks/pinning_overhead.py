@@ -5,8 +5,8 @@ and by a ``[[pin]]`` entry (the engine's form for any op); entering and leaving 
 
 Runs on CPU with the real FlashInfer (targets sm_103 offline through FI_PATCHES_DEVICE).
 Ratios are against stock FlashInfer measured in the same run, in this thread's CPU time, over
-many short rounds (batches of 2,000 calls moved the verdict by 0.03 between runs on a shared
-2-core VM, batches of 200 by under 0.01).
+many short rounds (on a shared 2-core VM, batches of 2,000 calls moved a verdict by up to 0.07
+between runs, batches of 200 by under 0.01).
     python benchmarks/pinning_overhead.py [--repeat 151] [--number 200]
 """
 
