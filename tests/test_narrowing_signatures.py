@@ -1,6 +1,7 @@
 """The one ``get_valid_tactics`` wrapper (``fi_patches.pinning.narrowing``) takes FlashInfer
-0.7.x's ``(inputs, profile)`` by position or keyword, and passes extra arguments on to a runner
-that takes more; both answer the same way."""
+0.7.x's ``(inputs, profile)`` by position or keyword, under the names the runner's own method
+gives them, binds its arguments as that method does, and passes extra arguments on to a runner
+that takes more; every form answers the same way."""
 
 from __future__ import annotations
 
@@ -56,9 +57,69 @@ def test_the_wrapper_of_the_real_runner_takes_inputs_and_profile(real_runner):
         assert [tuple(t) for t in wrapped(real_runner, pinned, None)] == [pin]
         assert wrapped(real_runner, unpinned, None) == original(real_runner, unpinned, None)
         assert wrapped(real_runner, inputs=pinned, profile=None) == [pin]
-        assert [tuple(t) for t in wrapped(real_runner, Mxfp8Problem(N, K, 4).runner_inputs())] == (
+        four = Mxfp8Problem(N, K, 4).runner_inputs()
+        assert [tuple(t) for t in wrapped(real_runner, four, None)] == (
             lowlat.stock(N, K, 4)
         )  # rows 4 are outside the pinned 5..8
+    finally:
+        stack.pop(token)
+
+
+def _raised(function, *args, **kwargs):
+    """The TypeError ``function(*args, **kwargs)`` raises, as (type, message after the name)."""
+    try:
+        function(*args, **kwargs)
+    except TypeError as exc:
+        return TypeError, str(exc).split("()", 1)[-1]
+    return None
+
+
+def test_the_wrapper_binds_arguments_as_the_runners_own_method_does(real_runner):
+    """FlashInfer's ``(self, inputs, profile)`` has no default and takes nothing else: a call
+    missing ``profile`` or passing more raises the TypeError the method itself raises, pinned
+    or not."""
+    original = _stock_method(real_runner)
+    wrapped = valid_tactics_replacement(lowlat.LL_CLASS)(original, Gate())
+    pinned = Mxfp8Problem(N, K, 8).runner_inputs()
+    token = stack.push(_table(lowlat.non_split_alternative(N, K, 8)))
+    try:
+        for args, kwargs in [((pinned,), {}), ((pinned, None, 1), {}), ((pinned, None), {"x": 1})]:
+            got = _raised(wrapped, real_runner, *args, **kwargs)
+            assert got is not None and got == _raised(original, real_runner, *args, **kwargs), (
+                args,
+                kwargs,
+                got,
+            )
+    finally:
+        stack.pop(token)
+
+
+def test_a_method_spelling_its_profile_differently_is_called_by_that_name(real_runner):
+    """FlashInfer spells the parameter ``_profile`` in some runners: the wrapper takes it by
+    that name (and refuses ``profile=`` as the method does), and narrows either way."""
+    stock = _stock_method(real_runner)
+
+    def original(self, inputs, _profile):
+        return stock(self, inputs, _profile)
+
+    wrapped = valid_tactics_replacement(lowlat.LL_CLASS)(original, Gate())
+    assert list(inspect.signature(wrapped, follow_wrapped=False).parameters) == [
+        "self",
+        "inputs",
+        "_profile",
+    ]
+    pin = lowlat.non_split_alternative(N, K, 8)
+    pinned, unpinned = Mxfp8Problem(N, K, 8).runner_inputs(), Mxfp8Problem(K, N, 8).runner_inputs()
+    token = stack.push(_table(pin))
+    try:
+        assert [tuple(t) for t in wrapped(real_runner, pinned, _profile=None)] == [pin]
+        assert wrapped(real_runner, inputs=unpinned, _profile=None) == stock(
+            real_runner, unpinned, None
+        )
+        refused = _raised(wrapped, real_runner, pinned, profile=None)
+        assert refused is not None and refused == _raised(
+            original, real_runner, pinned, profile=None
+        )
     finally:
         stack.pop(token)
 

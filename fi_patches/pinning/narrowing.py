@@ -10,9 +10,11 @@ Any surprise falls back to FlashInfer's own answer and is logged once.
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
+import types
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from fi_patches._logging import get_logger, log_once
@@ -132,62 +134,126 @@ def valid_tactics_replacement(name: str) -> Any:
     Most calls find no pin: they fail the class's probe (one dict lookup and one tensor's shape
     in a set, see :func:`fi_patches.pinning.stack.probe_cell`) and get the stock list without
     reading their context; a call that passes it in a context without pins reads only that.
-    All of fi_patches' own work runs under one guard; FlashInfer's own call is made outside
-    it, so its behaviour, exceptions included, is unchanged."""
+    FlashInfer's own method takes ``(self, inputs, profile)``: the wrapper then takes exactly
+    those parameters, under the method's own names (a bare positional call is the cheapest
+    Python makes), and any other signature gets a wrapper that passes every argument on.
+    fi_patches' own work runs under guards that fall back to the stock list; FlashInfer's own
+    call is made outside them, so its behaviour, exceptions included, is unchanged."""
 
     def make(original: Any, gate: Any) -> Any:
-        probes = stack.probe_cell(name)
-        scope_of, plain = stack._scope.get, stack.PLAIN
+        probe_for = stack.probe_cell(name).get
 
-        def unreadable() -> None:
-            log_once(
-                logger,
-                logging.WARNING,
-                f"problem:{name}",
-                "fi_patches could not read the problem of %s inputs; offering the stock tactics",
-                name,
-                exc_info=True,
-            )
-
-        @functools.wraps(original)
-        def get_valid_tactics(
-            self: Any, inputs: Any, profile: Any = None, *args: Any, **kwargs: Any
-        ) -> Any:
-            found = None
-            try:  # everything of fi_patches' own, attribute reads included
-                probe = probes.get(len(inputs))
-                if probe is not None:
-                    shapes = probe[1]
-                    if shapes is not None:
-                        try:
-                            if inputs[probe[0]].shape not in shapes:
-                                probe = None
-                        except AttributeError:  # not a tensor: no pin has this form
-                            probe = None
-                # While tuning, a runner whose own pins miss may still yield to another
-                # runner's pin for the call (search tells), so every call searches.
-                if (probe is not None or TUNING[0]) and (
-                    scope_of().index is not None or not plain[0]
-                ):
-                    found = search(name, gate, self, inputs, profile)
+        def answer(
+            runner: Any, inputs: Any, profile: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+        ) -> list[Any] | None:
+            """What a call that may be pinned in this context is offered: the pin, ``[]`` when
+            another runner's pin serves it, or None for the stock list."""
+            try:
+                found = search(name, gate, runner, inputs, profile)
             except Exception:
-                unreadable()
-                found = None
+                _unreadable(name)
+                return None
             if found is None:
-                if args or kwargs:
-                    return original(self, inputs, profile, *args, **kwargs)
-                return original(self, inputs, profile)
+                return None
             if found is QUIET:
                 _note(inputs, name, ())
                 return []
-            offered = _offer(name, found, original, self, inputs, profile, args, kwargs)
+            offered = _offer(name, found, original, runner, inputs, profile, args, kwargs)
             if TUNING[0] and len(offered) == 1:
                 _note(inputs, name, (as_tactic(offered[0]),))
             return offered
 
-        return get_valid_tactics
+        shell = _plain_shell if _plain_signature(original) else _general_shell
+        return functools.wraps(original)(shell(name, original, probe_for, answer))
 
     return make
+
+
+Answer = Callable[[Any, Any, Any, tuple[Any, ...], dict[str, Any]], "list[Any] | None"]
+"""``answer(runner, inputs, profile, args, kwargs)``: what a wrapper offers a call that may be
+pinned (None: the stock list)."""
+
+
+def _plain_shell(name: str, original: Any, probe_for: Any, answer: Answer) -> Any:
+    """The wrapper of a ``(self, inputs, profile)`` method: the probe inline, then ``answer``
+    for a call that passes it (or any call while tuning) in a context that has pins."""
+    scope_of, plain = stack._scope.get, stack.PLAIN
+
+    def get_valid_tactics(self: Any, inputs: Any, profile: Any) -> Any:
+        # While tuning, a runner whose own pins miss may still yield to another runner's pin
+        # for the call (search tells), so every call searches.
+        hit = TUNING[0]
+        if not hit:
+            try:
+                probe = probe_for(len(inputs))
+                if probe is not None:
+                    shapes = probe[1]
+                    hit = shapes is None or inputs[probe[0]].shape in shapes
+            except AttributeError:  # not a tensor: no pin has this form
+                pass
+            except Exception:
+                _unreadable(name)
+        if hit and (scope_of().index is not None or not plain[0]):
+            found = answer(self, inputs, profile, (), {})
+            if found is not None:
+                return found
+        return original(self, inputs, profile)
+
+    _take_parameter_names(get_valid_tactics, original)
+    return get_valid_tactics
+
+
+def _general_shell(name: str, original: Any, probe_for: Any, answer: Answer) -> Any:
+    """The wrapper of a method of any other signature: every call in a context that has pins is
+    answered (the probe only saves time) and every argument passed on."""
+    scope_of, plain = stack._scope.get, stack.PLAIN
+
+    def get_valid_tactics(
+        self: Any, inputs: Any, profile: Any = None, *args: Any, **kwargs: Any
+    ) -> Any:
+        if scope_of().index is not None or not plain[0]:
+            found = answer(self, inputs, profile, args, kwargs)
+            if found is not None:
+                return found
+        return original(self, inputs, profile, *args, **kwargs)
+
+    return get_valid_tactics
+
+
+def _plain_signature(function: Any) -> bool:
+    """Whether ``function`` takes exactly three positional parameters, none defaulted
+    (``(self, inputs, profile)`` under any names), and nothing else."""
+    code = getattr(function, "__code__", None)
+    return (
+        isinstance(function, types.FunctionType)
+        and code is not None
+        and code.co_argcount == 3
+        and code.co_posonlyargcount == 0
+        and code.co_kwonlyargcount == 0
+        and not code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+        and not function.__defaults__
+    )
+
+
+def _take_parameter_names(wrapper: Any, original: Any) -> None:
+    """Give ``wrapper``'s three parameters ``original``'s names (FlashInfer spells the last one
+    ``profile`` or ``_profile``), so that a call by keyword binds as it would to the original;
+    left as they are if a name would clash with one of the wrapper's locals."""
+    names = original.__code__.co_varnames[:3]
+    rest = wrapper.__code__.co_varnames[3:]
+    if not set(names) & set(rest):
+        wrapper.__code__ = wrapper.__code__.replace(co_varnames=names + rest)
+
+
+def _unreadable(name: str) -> None:
+    log_once(
+        logger,
+        logging.WARNING,
+        f"problem:{name}",
+        "fi_patches could not read the problem of %s inputs; offering the stock tactics",
+        name,
+        exc_info=True,
+    )
 
 
 def _note(inputs: Any, name: str, tactics: tuple[Any, ...]) -> None:
