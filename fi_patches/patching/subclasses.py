@@ -21,6 +21,8 @@ from fi_patches.patching.patch import Replacement
 logger = get_logger(__name__)
 
 _lock = threading.RLock()
+_INHERITED = object()
+"""What a class's own namespace held for the method when it only inherited it."""
 
 
 def all_subclasses(base: type) -> list[type]:
@@ -106,12 +108,26 @@ def _watch(base: type) -> _SubclassWatch:
     return watch
 
 
+STOCK = "__fi_patches_stock__"
+"""The attribute of a wrapper :class:`RunnerMethodPatch` installs that holds the method it
+wraps (so a caller can reach FlashInfer's own answer past it)."""
+
+
+def stock_method(cls: type, method: str) -> Any:
+    """``cls``'s ``method`` as FlashInfer defines it: the function its MRO resolves, past a
+    wrapper of fi_patches'."""
+    found = getattr(cls, method)
+    return getattr(found, STOCK, found)
+
+
 class RunnerMethodPatch:
     """Wraps ``method`` of subclasses of ``base`` by class name (any module, as FlashInfer's
     tuner keys name them), those that exist now and those created later, and of any class
-    handed to :meth:`add_class` while applied. Names and classes can be added while applied;
-    :meth:`revert` restores every class it wrapped. ``make(name)`` builds the replacement
-    factory for a class of that name."""
+    handed to :meth:`add_class` while applied. A class that inherits the method gets the
+    wrapper as its own attribute (FlashInfer's MoE runners inherit ``get_valid_tactics`` from a
+    shared base, and the tuner keys them by their own name), removed again on revert. Names and
+    classes can be added while applied; :meth:`revert` restores every class it wrapped.
+    ``make(name)`` builds the replacement factory for a class of that name."""
 
     def __init__(self, base: type, method: str, make: Callable[[str], Replacement]) -> None:
         self.base = base
@@ -141,19 +157,21 @@ class RunnerMethodPatch:
                     self.add_class(cls)
 
     def add_class(self, cls: type) -> None:
-        """Wrap ``cls``'s own ``method`` (once; a class that inherits it is left alone)."""
+        """Wrap ``cls``'s ``method`` (once), its own or the one it inherits, under its name."""
         with _lock:
             if not self.active or cls in self._wrapped:
                 return
-            original = vars(cls).get(self.method)
-            if original is None or not callable(original):
-                self._wrapped.add(cls)  # inherits it: its base's wrapper (if any) serves
+            own = vars(cls).get(self.method, _INHERITED)
+            original = stock_method(cls, self.method) if own is _INHERITED else own
+            if not callable(original):
+                self._wrapped.add(cls)
                 return
             installed = self.make(cls.__name__)(original, self)
+            setattr(installed, STOCK, original)
             type.__setattr__(cls, self.method, installed)
             self._wrapped.add(cls)
             self._patched = [entry for entry in self._patched if entry[0]() is not None]
-            self._patched.append((weakref.ref(cls), original, installed))
+            self._patched.append((weakref.ref(cls), own, installed))
 
     def apply(self) -> None:
         with _lock:
@@ -177,7 +195,10 @@ class RunnerMethodPatch:
                 if cls is None:
                     continue
                 if vars(cls).get(self.method) is installed:
-                    type.__setattr__(cls, self.method, original)
+                    if original is _INHERITED:
+                        type.__delattr__(cls, self.method)
+                    else:
+                        type.__setattr__(cls, self.method, original)
                 else:
                     logger.warning(
                         "%s.%s was replaced after fi_patches wrapped it; leaving it in place",
