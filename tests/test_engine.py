@@ -193,6 +193,50 @@ def test_under_autotune_v2_each_pinned_key_times_only_its_pin(
     assert stored == {k: (r, fi_patches_tactic(t)) for k, (r, t) in first.items()}
 
 
+def test_preseed_under_autotune_v2_times_nothing_for_pinned_keys(
+    recorded, engine, monkeypatch, tmp_path
+):
+    table, first = recorded
+    profiling = toy_op.start(monkeypatch, 14)
+    with fi_patches.pinned_tactics(table, mode="preseed"):
+        with _v2(engine, str(tmp_path / "store")):
+            toy_op.warm_up()
+        assert profiling.timed == []
+        toy_op.RAN.calls.clear()
+        toy_op.toy_mm(*toy_op.operands(20, toy_op.WEIGHTS[1]))
+    runner, tactic = first[(toy_op.WEIGHTS[1], 32)]
+    assert [(r, t) for r, _, t in toy_op.RAN.calls] == [(runner, fi_patches_tactic(tactic))]
+
+
+def test_a_lockfile_of_a_thousand_entries_pins_its_keys_under_the_real_tuner(
+    recorded, engine, monkeypatch
+):
+    """The recorded keys inside a lockfile of 1,000 more entries (other ops and runners, the
+    shape of a large model's): later starts still end with every recorded pin, one tactic
+    timed per key."""
+    table, first = recorded
+    decoys = [
+        {
+            "op": f"op{i % 7}",
+            "runner": f"Runner{i % 11}",
+            "shapes": [["rows", 64 + i], [64 + i, 128], [-1]],
+            "max_rows": 512,
+            "tactic": [i, [i % 3, True]],
+        }
+        for i in range(1000)
+    ]
+    big = PinTable.from_mapping(
+        {
+            "meta": {"device": "*", "flashinfer": ""},
+            "pin": [p.to_mapping() for p in table.entries("pin")] + decoys,
+        },
+        source="big.toml",
+    )
+    profiling = _pinned_start(engine, monkeypatch, big, 15)
+    assert toy_op.chosen() == first
+    assert len(profiling.timed) == len(first)
+
+
 def test_runners_made_inside_the_block_are_pinned(recorded, engine, monkeypatch):
     table, first = recorded
     profiling = toy_op.start(monkeypatch, 8)

@@ -197,10 +197,10 @@ def test_a_lockfile_of_thousands_of_entries_loads_and_indexes(tmp_path: Path):
     found = 0
     for i in (0, 1234, 4999):
         pins = index.classes[f"Runner{i % 29}"]
-        from fi_patches.pinning.index import key_hit
+        from fi_patches.pinning.index import key_hits
 
-        pin = key_hit(pins.groups, f"op{i % 13}", ((8, 64 + i), (64 + i, 128), (5,)), None)
-        assert pin is not None and pin.tactic == (i, (i % 3, True))
+        hits = key_hits(pins.groups, f"op{i % 13}", ((8, 64 + i), (64 + i, 128), (5,)), None)
+        assert len(hits) == 1 and hits[0].tactic == (i, (i % 3, True))
         found += 1
     assert found == 3
     assert merge(((table, "narrow"),)) is index  # entering another block reuses the index

@@ -1,6 +1,7 @@
 """Every FlashInfer and torch.distributed internal the rank guard (``fi_patches.ranks``) uses,
 in the boundary's form: each declared with its signature, and the accessors and call-shape
-readers the guard calls. None of them gates a feature: the guard checks them itself (see
+readers the guard calls. None of them gates a feature but the profile-inputs builder, which the
+tuner's contract declares (preseed needs it): the guard checks them itself (see
 ``fi_patches.ranks``) and reports what is missing.
 
 FlashInfer 0.7.4 defines its tuner in ``flashinfer.autotuner.autotuner`` and re-exports the
@@ -16,7 +17,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from fi_patches.internals._declare import CALLABLE, METHOD, Declared, Internal, OneOf
+from fi_patches.internals import tuner as fi_tuner
+from fi_patches.internals._declare import CALLABLE, Declared, Internal, OneOf
 
 AUTOTUNER = "flashinfer.autotuner"
 """Where FlashInfer's public tuner names live (a package from 0.7.4)."""
@@ -66,9 +68,8 @@ SET_TUNE_GROUP = Internal(
 GET_TUNE_GROUP = Internal("get_autotune_process_group", CALLABLE, AUTOTUNER, GET_GROUP)
 OPERATION_GATE_FN = _gate("tune_group_operation_gate", OPERATION_GATE, OPERATION_GATE_PARAMS)
 CANDIDATE_GATE_FN = _gate("tune_group_candidate_gate", CANDIDATE_GATE, CANDIDATE_GATE_PARAMS)
-PREPARE_INPUTS_FN = _gate(
-    "tuner_prepare_input_tensors", PREPARE_INPUTS, PREPARE_INPUTS_PARAMS, METHOD
-)
+PREPARE_INPUTS_FN = fi_tuner.PREPARE_INPUTS
+"""Declared with the tuner's contract, where it also gates preseed."""
 TACTIC_TO_JSON_FN = _gate("tactic_to_json", TACTIC_TO_JSON, ())
 GROUP_STORE_FN = Internal(
     "process_group_store", CALLABLE, C10D, GROUP_STORE, params=GROUP_STORE_PARAMS
@@ -89,8 +90,12 @@ DETECTOR_PROBES: tuple[Declared, ...] = (
 STORE_PROBES: tuple[Declared, ...] = (GROUP_STORE_FN,)
 """What the fingerprint exchange needs from torch.distributed."""
 
-INTERNALS: tuple[Declared, ...] = (*DETECTOR_PROBES, GROUP_STORE_FN)
-"""Every internal the rank guard uses."""
+INTERNALS: tuple[Declared, ...] = (
+    *(p for p in DETECTOR_PROBES if p is not PREPARE_INPUTS_FN),
+    GROUP_STORE_FN,
+)
+"""Every internal the rank guard uses that this module declares (the profile-inputs builder is
+the tuner contract's)."""
 
 
 def first_failure(probes: tuple[Declared, ...]) -> str | None:

@@ -208,6 +208,18 @@ DYNAMIC_TENSOR_SPEC = Internal(
 )
 """With ``TuningConfig``: the self-check's probe op, tuned in buckets as FlashInfer's are."""
 
+PREPARE_INPUTS = Internal(
+    "prepare_input_tensors",
+    METHOD,
+    AUTOTUNER,
+    "AutoTuner._prepare_input_tensors",
+    (PRESEED,),
+    params=("profile", "inputs"),
+)
+"""Builds one profile's (bucket's) inputs from a call's: a preseed lookup made while tuning asks
+the pinned runner's stock list on them (once per key) before answering with the pin. The tune
+group's divergence detector wraps it too."""
+
 AUTOTUNE_V2 = Internal(
     "autotune_v2", CALLABLE, "flashinfer", "autotune_v2", (), params=("mode",), optional=True
 )
@@ -226,6 +238,7 @@ INTERNALS = (
     PROFILE_SINGLE_KERNEL,
     GET_INPUT_SIZES,
     PROFILING_CACHE,
+    PREPARE_INPUTS,
     TUNING_CONFIG_CLASS,
     DYNAMIC_TENSOR_SPEC,
     AUTOTUNE_V2,
@@ -272,6 +285,11 @@ def input_sizes(instance: Any, inputs: list[Any]) -> tuple[tuple[int, ...], ...]
 def cache_key(op: str, runner: Any, shapes: Any, config: Any, extras: Any) -> Any:
     """FlashInfer's cache key for ``runner`` under ``op`` at ``shapes``."""
     return GET_CACHE_KEY.resolve()(op, runner, shapes, config, extras)
+
+
+def profile_inputs(instance: Any, profile: Any, inputs: Any) -> list[Any]:
+    """The inputs FlashInfer's tuner profiles ``profile`` (one bucket) on, built from a call's."""
+    return list(PREPARE_INPUTS.resolve()(instance, profile, inputs))
 
 
 def live_winners(instance: Any) -> MutableMapping[Any, Any]:

@@ -20,9 +20,6 @@ from fi_patches.pins.tuner_pin import TunerPin
 
 NARROW, PRESEED = "narrow", "preseed"
 
-Hit = tuple[Any, Any]
-"""``(entry, tactic)``: the entry that pins a call and its tactic in the runner's form."""
-
 
 class SectionIndex:
     """One section's active entries by weight shape, in priority order."""
@@ -106,7 +103,16 @@ def _free(pattern: ShapePattern) -> tuple[Any, ...]:
 class PinIndex:
     """The pins of one scope's tables, merged (see the module docstring)."""
 
-    __slots__ = ("classes", "modes", "ops", "probes", "section_ops", "sections", "silenced")
+    __slots__ = (
+        "classes",
+        "modes",
+        "ops",
+        "probes",
+        "rank",
+        "section_ops",
+        "sections",
+        "silenced",
+    )
 
     def __init__(self) -> None:
         self.sections: dict[str, SectionIndex] = {}
@@ -119,6 +125,9 @@ class PinIndex:
         """Runner class -> the specializations whose pins silence it."""
         self.modes: dict[int, str] = {}
         """``id(entry)`` -> the mode of the block it came from (absent: narrow)."""
+        self.rank: dict[int, tuple[int, int]] = {}
+        """``id(entry)`` -> ``(table, order)``: its table's place (0: the innermost) and its
+        place among every entry here, across sections and runners."""
         self.probes: dict[str, dict[int, Probe]] = {}
         """Runner class -> per input-list length, the :data:`Probe` that every call pinned or
         silenced here passes and most other calls fail (see :mod:`fi_patches.pinning.stack`)."""
@@ -151,19 +160,18 @@ def merge(tables: Sequence[tuple[Any, str]]) -> PinIndex:
 def _merge(tables: Sequence[tuple[Any, str]]) -> PinIndex:
     index = PinIndex()
     by_section: dict[str, dict[tuple[int, int], list[Any]]] = {}
-    rank = 0
     ops: set[str] = set()
-    for table, mode in tables:
+    for place, (table, mode) in enumerate(tables):
         for section, entries in table.sections.items():
             for entry in entries:
-                if mode == PRESEED:
-                    index.modes.setdefault(id(entry), PRESEED)
-                else:
-                    index.modes.setdefault(id(entry), NARROW)
+                if id(entry) in index.rank:  # the same table held twice: its first place counts
+                    continue
+                rank = len(index.rank)
+                index.rank[id(entry)] = (place, rank)
+                index.modes[id(entry)] = PRESEED if mode == PRESEED else NARROW
                 if section == PIN_SECTION:
                     _add_pin(index, rank, entry)
                     ops.add(entry.op)
-                    rank += 1
                 elif hasattr(entry, "n"):
                     by_section.setdefault(section, {}).setdefault((entry.n, entry.k), []).append(
                         entry
@@ -261,8 +269,9 @@ def section_hit(
     runner: Any,
     inputs: Sequence[Any] | None,
     shapes: Sequence[Sequence[int]] | None = None,
-) -> Hit | None:
-    """The section pin for a call of ``runner`` on ``inputs`` (``shapes`` override theirs)."""
+) -> tuple[Any, Any, Any] | None:
+    """``(entry, tactic, problem)`` of the section pin for a call of ``runner`` on ``inputs``
+    (``shapes`` override theirs), or None."""
     found = index.sections.get(spec.section)
     if found is None or inputs is None:
         return None
@@ -270,22 +279,24 @@ def section_hit(
     if form is None:
         return None
     weight = shapes[form[0]] if shapes is not None else inputs[form[0]].shape
-    group = (found.by_kn if form[1] else found.by_nk).get(weight)
+    group = (found.by_kn if form[1] else found.by_nk).get(tuple(weight))
     if not group:
         return None
     problem = spec.problem(inputs, shapes)
-    return None if problem is None else spec.pin_for(group, problem, runner)
+    hit = None if problem is None else spec.pin_for(group, problem, runner)
+    return None if hit is None else (hit[0], hit[1], problem)
 
 
-def key_hit(
+def key_hits(
     groups: Sequence[_KeyGroup],
     op: str | None,
     profile: Sequence[Sequence[int]],
     extras: Callable[[], str | None] | None,
-) -> TunerPin | None:
-    """The highest-priority ``[[pin]]`` of ``groups`` for a call of ``op`` (None: any op) at
-    the key profile ``profile``; ``extras`` gives the runner's extras text (None: unchecked)."""
-    best: tuple[int, TunerPin] | None = None
+) -> list[TunerPin]:
+    """Every ``[[pin]]`` of ``groups`` for a call of ``op`` (None: any op) at the key profile
+    ``profile``, highest priority first; ``extras`` gives the runner's extras text (None, or a
+    None answer: unchecked)."""
+    hits: list[tuple[int, TunerPin]] = []
     extras_text: list[str | None] = []
     for group in groups:
         masked = group.template.masked(profile)
@@ -293,19 +304,17 @@ def key_hit(
             continue
         found = group.by_op.get((op, masked)) if op is not None else group.any_op.get(masked)
         for rank, pin in found or ():
-            if best is not None and best[0] <= rank:
-                break
             rows = pin.shapes.rows_of(profile)
             if rows is None or not pin.covers(rows):
                 continue
             if pin.extras is not None and extras is not None:
                 if not extras_text:
                     extras_text.append(extras())
-                if extras_text[0] != pin.extras:
+                if extras_text[0] is not None and extras_text[0] != pin.extras:
                     continue
-            best = (rank, pin)
-            break
-    return None if best is None else best[1]
+            hits.append((rank, pin))
+    hits.sort(key=lambda item: item[0])
+    return [pin for _, pin in hits]
 
 
 def direct_hit(
@@ -333,45 +342,3 @@ def direct_hit(
             best = (rank, pin, rows)
             break
     return None if best is None else (best[1], best[2])
-
-
-def pinned_elsewhere(
-    index: PinIndex,
-    op: str,
-    name: str,
-    inputs: Sequence[Any],
-    profile: Sequence[Sequence[int]] | None,
-) -> bool:
-    """Whether another runner class than ``name`` is pinned for this call of ``op``: its other
-    runners then offer nothing, so the tuner profiles the pin alone."""
-    for spec in index.silenced.get(name, ()):
-        if section_hit(index, spec, None, inputs) is not None:
-            return True
-    if not index.serves_op(op):
-        return False
-    for other, pins in index.classes.items():
-        if other == name:
-            continue
-        for spec in pins.specs:
-            if (spec.ops is None or op in spec.ops) and _section_covers(index, spec, inputs):
-                return True
-        if pins.groups and profile is not None and key_hit(pins.groups, op, profile, None):
-            return True
-    return False
-
-
-def _section_covers(index: PinIndex, spec: Specialization, inputs: Sequence[Any]) -> bool:
-    """Whether a section entry covers the call's problem (whatever tile a runner would pick)."""
-    found = index.sections.get(spec.section)
-    form = spec.weight_inputs.get(len(inputs))
-    if found is None or form is None:
-        return False
-    group = (found.by_kn if form[1] else found.by_nk).get(inputs[form[0]].shape)
-    if not group:
-        return False
-    problem = spec.problem(inputs, None)
-    if problem is None:
-        return False
-    return any(
-        getattr(e, "min_rows", 0) <= problem[2] <= getattr(e, "max_rows", 1 << 62) for e in group
-    )

@@ -1,7 +1,8 @@
-"""The one ``get_valid_tactics`` wrapper of every pinned runner class: for a pinned call it
-offers only the pin (checked once against the runner's own list), for a call that another of
-the op's runners is pinned for it offers nothing (the tuner then profiles the pin alone), and
-for everything else FlashInfer's list, untouched.
+"""The one ``get_valid_tactics`` wrapper of every pinned runner class. While FlashInfer's tuner
+lists a call's candidates, the runner that :mod:`fi_patches.pinning.serving` says serves the key
+offers only its pin, the op's other runners offer nothing (the tuner then profiles the pin
+alone), and every runner offers FlashInfer's list when no pin serves. A direct call (outside
+the tuner's candidate listing) is offered the runner's own pin when its stock list holds it.
 
 ``forward`` keeps validating against the stock list, so a tactic tuned earlier still runs.
 Any surprise falls back to FlashInfer's own answer and is logged once.
@@ -13,30 +14,19 @@ import functools
 import inspect
 import logging
 import types
-import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from fi_patches._logging import get_logger, log_once
-from fi_patches.internals import tuner as fi_tuner
 from fi_patches.pinning import stack
-from fi_patches.pinning.index import (
-    ClassPins,
-    PinIndex,
-    direct_hit,
-    key_hit,
-    pinned_elsewhere,
-    section_hit,
-)
-from fi_patches.pinning.tuning_calls import CALL, TUNING, Call
+from fi_patches.pinning.index import ClassPins, PinIndex, direct_hit, section_hit
+from fi_patches.pinning.serving import Found, dtypes, offers, serving_pin, stock_tactics
+from fi_patches.pinning.tuning_calls import CALL, TUNING
 from fi_patches.pins.keys import as_tactic, extras_text
 
 logger = get_logger(__name__)
 
 _SURPRISE = "fi_patches could not compare a pin with the runner's tactics; offering the stock list"
-
-# Per runner class: (key of the call, pin) -> whether the stock list offers the pin.
-_offered: weakref.WeakKeyDictionary[type, dict[tuple[Any, ...], bool]] = weakref.WeakKeyDictionary()
 
 
 def input_profile(inputs: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
@@ -44,88 +34,66 @@ def input_profile(inputs: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(int(d) for d in x.shape) if hasattr(x, "shape") else (0,) for x in inputs)
 
 
-def key_profile(inputs: Sequence[Any], profile: Any, call: Call | None) -> Any:
-    """The profile the tuner keys this call under: inside ``choose_one`` FlashInfer's own
-    bucket mapping of the profile's shapes, else the shapes as given."""
-    shapes = profile.get_opt_shapes() if profile is not None else input_profile(inputs)
-    if call is not None:
-        return fi_tuner.nearest_profile(call.tuner, shapes, call.config)
-    return shapes
-
-
-def find_pin(
-    index: PinIndex, pins: ClassPins, runner: Any, inputs: Sequence[Any], profile: Any
-) -> tuple[Any, Any, Any] | None:
-    """``(entry, tactic, key)`` of the pin in ``pins`` for ``runner`` on this call, or None.
-    ``key`` names the call for the once-per-call verdicts."""
-    for spec, entries in pins.sections:
-        form = spec.weight_inputs.get(len(inputs))
-        if form is None:
-            continue
-        group = (entries.by_kn if form[1] else entries.by_nk).get(inputs[form[0]].shape)
-        if group:
-            problem = spec.problem(inputs, None)
-            hit = None if problem is None else spec.pin_for(group, problem, runner)
-            if hit is not None:
-                return hit[0], hit[1], (spec.section, problem, _dtypes(inputs))
+def direct_pin(
+    index: PinIndex, pins: ClassPins, runner: Any, inputs: Sequence[Any]
+) -> Found | None:
+    """``(entry, tactic, key)`` of ``runner``'s own pin for a direct call on ``inputs`` (their
+    shapes as they are), or None."""
+    for spec in pins.specs:
+        hit = section_hit(index, spec, runner, inputs)
+        if hit is not None:
+            entry, tactic, problem = hit
+            return entry, tactic, (spec.section, problem, dtypes(inputs))
     if pins.groups:
-        call = CALL.get()
 
         def extras() -> str:
             return extras_text(runner.get_cache_key_extras(list(inputs)))
 
-        if call is None:  # a direct call: the inputs' shapes as they are
-            hit = direct_hit(pins.groups, inputs, extras)
-            if hit is not None:
-                direct, rows = hit
-                return direct, direct.tactic, ("pin", direct.token, rows, _dtypes(inputs))
-            return None
-        shapes = key_profile(inputs, profile, call)
-        pin = key_hit(pins.groups, call.op, shapes, extras)
-        if pin is not None:
-            return pin, pin.tactic, ("pin", pin.token, shapes)
+        found = direct_hit(pins.groups, inputs, extras)
+        if found is not None:
+            pin, rows = found
+            return pin, pin.tactic, ("pin", pin.token, rows, dtypes(inputs))
     return None
 
 
-def _dtypes(inputs: Sequence[Any]) -> tuple[Any, ...]:
-    """The dtypes of the first inputs (and an output's): with the shapes, what decides a
-    runner's stock list."""
-    out = inputs[5] if len(inputs) > 5 else None
-    first = getattr(inputs[0], "dtype", None) if inputs else None
-    second = getattr(inputs[1], "dtype", None) if len(inputs) > 1 else None
-    return (first, second, getattr(out, "dtype", None), len(inputs))
-
-
-QUIET = ("quiet",)
+QUIET: Found = (None, None, ("quiet",))
 """What :func:`search` returns for a runner that offers nothing for a call."""
 
 
-def search(
-    name: str, gate: Any, runner: Any, inputs: Sequence[Any], profile: Any
-) -> tuple[Any, ...] | None:
-    """For a call of runner class ``name`` in this context: the pin that serves it (see
-    :func:`find_pin`), :data:`QUIET` when another of the op's runners is pinned for it, or None
-    (the stock list; also once the wrapper's patch is reverted)."""
+def search(name: str, gate: Any, runner: Any, inputs: Sequence[Any], profile: Any) -> Found | None:
+    """For a call of runner class ``name`` in this context: the pin it offers, :data:`QUIET`
+    when another runner serves the key, or None (the stock list; also once the wrapper's patch
+    is reverted)."""
     index = stack.current_index() if gate.active else None
     if index is None:  # another context's pin, or none while pins are suspended
         return None
-    pins = index.classes.get(name)
-    found = None if pins is None else find_pin(index, pins, runner, inputs, profile)
-    if found is None and (TUNING[0] or name in index.silenced):
-        return QUIET if silenced(index, name, inputs, profile) else None
-    return found
-
-
-def silenced(index: PinIndex, name: str, inputs: Sequence[Any], profile: Any) -> bool:
-    """Whether another runner of the op being tuned is pinned for this call."""
     call = CALL.get()
-    if call is None:
-        return any(
-            section_hit(index, spec, None, inputs) is not None
-            for spec in index.silenced.get(name, ())
+    if call is not None and call.lists(runner):
+        shapes = profile.get_opt_shapes() if profile is not None else input_profile(inputs)
+        serving = call.serving(
+            inputs,
+            lambda: serving_pin(
+                index,
+                call.op,
+                call.runners,
+                inputs,
+                shapes,
+                call.tuner,
+                call.config,
+                lambda r: stock_tactics(r, inputs, profile),
+            ),
         )
-    shapes = key_profile(inputs, profile, call) if index.ops else None
-    return pinned_elsewhere(index, call.op, name, inputs, shapes)
+        if serving is None:
+            return None
+        position, entry, tactic, key = serving
+        return (entry, tactic, key) if call.runners[position] is runner else QUIET
+    pins = index.classes.get(name)
+    found = None if pins is None else direct_pin(index, pins, runner, inputs)
+    if found is None and any(
+        section_hit(index, spec, None, inputs) is not None for spec in index.silenced.get(name, ())
+    ):
+        return QUIET
+    return found
 
 
 def valid_tactics_replacement(name: str) -> Any:
@@ -265,7 +233,7 @@ def _note(inputs: Any, name: str, tactics: tuple[Any, ...]) -> None:
 
 def _offer(
     name: str,
-    found: tuple[Any, Any, Any],
+    found: Found,
     original: Any,
     runner: Any,
     inputs: Any,
@@ -273,50 +241,13 @@ def _offer(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
 ) -> list[Any]:
-    """``[pin]`` when the runner's stock list offers it for this call (checked once per runner
-    class and call), else the stock list and one error naming the entry."""
-    entry, pin, key = found
+    """``[pin]`` when the runner's stock list offers it for this call (asked once per runner
+    class and call key), else the stock list (and one error naming the entry)."""
     try:
-        verdicts = _offered.get(type(runner))
-        if verdicts is None:
-            verdicts = _offered.setdefault(type(runner), {})
-        offered = verdicts.get((key, pin))
+        offered = offers(runner, found, lambda: original(runner, inputs, profile, *args, **kwargs))
     except Exception:
         log_once(logger, logging.WARNING, f"offer:{name}", _SURPRISE, exc_info=True)
-        return original(runner, inputs, profile, *args, **kwargs)  # type: ignore[no-any-return]
-    if offered is None:
-        stock = original(runner, inputs, profile, *args, **kwargs)
-        try:
-            offered = pin in [as_tactic(t) for t in stock]
-        except Exception:
-            log_once(logger, logging.WARNING, f"offer:{name}", _SURPRISE, exc_info=True)
-            return list(stock)
-        verdicts[(key, pin)] = offered
-        if not offered:
-            log_once(
-                logger,
-                logging.ERROR,
-                f"notoffered:{name}:{key}:{pin}",
-                "pinned tactic %s (%s) is not among the %d tactics FlashInfer's %s offers for "
-                "this call (%s); this key gets the stock tactics",
-                pin,
-                _where(entry),
-                len(stock),
-                name,
-                _call_text(key),
-            )
-            return list(stock)
+        offered = False
     if not offered:
         return original(runner, inputs, profile, *args, **kwargs)  # type: ignore[no-any-return]
-    return [pin]
-
-
-def _where(entry: Any) -> str:
-    return f"[[{entry.SECTION}]] #{entry.index}"
-
-
-def _call_text(key: tuple[Any, ...]) -> str:
-    if key[0] == "pin":
-        return f"profile {key[2]}" if len(key) == 3 else f"rows {key[2]}"
-    n, k, rows = key[1]
-    return f"n={n} k={k} rows={rows}"
+    return [found[1]]

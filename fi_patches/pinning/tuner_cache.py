@@ -1,8 +1,10 @@
 """``AutoTuner.search_cache`` for pinned keys, of any op.
 
-* A key pinned by a ``mode="preseed"`` block is answered with its pin, in this context, while
-  tuning and serving alike: tuning it profiles nothing, and nothing is written into FlashInfer's
-  cache, so leaving the block (in any order, from any thread) leaves the cache as it was.
+* A key a ``mode="preseed"`` block's entry serves (:mod:`fi_patches.pinning.serving`: its
+  runner is among the lookup's and offers its tactic) is answered with its pin, in this
+  context, while tuning and serving alike: tuning it profiles nothing, and nothing is written
+  into FlashInfer's cache, so leaving the block (in any order, from any thread) leaves the
+  cache as it was.
 * While tuning, a winner cached for a pinned key that is not the pin (tuned before the block,
   or by another of the op's runners) is a miss, so the tuner profiles the key again over the
   pin alone; the pinned runner's own entry is looked up first.
@@ -15,15 +17,15 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 from fi_patches._logging import get_logger, log_once
 from fi_patches.internals import tuner as fi_tuner
 from fi_patches.pinning import stack
-from fi_patches.pinning.index import PRESEED, PinIndex, key_hit, section_hit
+from fi_patches.pinning.index import PRESEED
+from fi_patches.pinning.serving import Listing, serving_pin, stock_tactics
 from fi_patches.pinning.tuning_calls import CALL
-from fi_patches.pins.keys import as_tactic, extras_text
+from fi_patches.pins.keys import as_tactic
 
 logger = get_logger(__name__)
 
@@ -40,40 +42,22 @@ def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any,
     return runners, shapes, config, inputs
 
 
-def pinned_runner(
-    tuner: Any,
-    index: PinIndex,
-    op: str,
-    runners: Sequence[Any],
-    shapes: Any,
-    config: Any,
-    inputs: Any,
-) -> tuple[int, Any, Any] | None:
-    """``(runner index, entry, tactic)`` of the pin serving this lookup, or None."""
-    profile: list[Any] = []
-    for position, runner in enumerate(runners):
-        name = type(runner).__name__
-        pins = index.classes.get(name)
-        if pins is None:
-            continue
-        for spec in pins.specs:
-            if spec.ops is not None and op not in spec.ops:
-                continue
-            hit = section_hit(index, spec, runner, inputs, shapes)
-            if hit is not None:
-                return position, hit[0], hit[1]
-        if pins.groups:
-            if not profile:
-                profile.append(fi_tuner.nearest_profile(tuner, shapes, config))
-            extras = (
-                (lambda r=runner: extras_text(r.get_cache_key_extras(list(inputs))))
-                if inputs is not None
-                else (lambda: None)
-            )
-            pin = key_hit(pins.groups, op, profile[0], extras)
-            if pin is not None:
-                return position, pin, pin.tactic
-    return None
+def _listing(tuner: Any, inputs: Any, profile: Any) -> Listing | None:
+    """How a lookup asks a runner's stock list: while tuning a profile (one bucket), on the
+    inputs FlashInfer builds for it (built on the first asking, which is only where no verdict
+    is known yet); when serving, on the call's own inputs; without inputs, not at all."""
+    if inputs is None:
+        return None
+    if profile is None:
+        return lambda runner: stock_tactics(runner, inputs, None)
+    built: list[Any] = []
+
+    def list_of(runner: Any) -> Any:
+        if not built:
+            built.append(fi_tuner.profile_inputs(tuner, profile, inputs))
+        return stock_tactics(runner, built[0], profile)
+
+    return list_of
 
 
 def search_cache_replacement(original: Any, gate: Any) -> Any:
@@ -89,13 +73,22 @@ def search_cache_replacement(original: Any, gate: Any) -> Any:
                 call = CALL.get()
                 if call is not None and call.op == custom_op:
                     call.config = config  # the config FlashInfer applied its overrides to
-                pinned = pinned_runner(self, index, custom_op, runners, shapes, config, inputs)
+                pinned = serving_pin(
+                    index,
+                    custom_op,
+                    runners,
+                    inputs,
+                    shapes,
+                    self,
+                    config,
+                    _listing(self, inputs, kwargs.get("validation_profile")),
+                )
         except Exception:
             _surprise()
             pinned = None
         if pinned is None:
             return original(self, custom_op, *args, **kwargs)
-        position, entry, tactic = pinned
+        position, entry, tactic, _ = pinned
         if index is not None and index.modes.get(id(entry)) == PRESEED:
             return (True, position, tactic, None)
         result = original(self, custom_op, *args, **kwargs)

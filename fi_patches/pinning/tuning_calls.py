@@ -30,14 +30,32 @@ class Call:
     """The tuning config in effect (the tuner-cache wrapper updates it to the one FlashInfer
     applied its overrides to)."""
     tuner: Any
+    runners: tuple[Any, ...] = ()
+    """The runners FlashInfer chooses among, in its order."""
     allowed: dict[tuple[int, str], tuple[Any, ...]] = field(default_factory=dict)
     """``(id(profile inputs), runner class) -> tactics it may profile``, for pinned keys."""
+    decided: dict[int, Any] = field(default_factory=dict)
+    """``id(profile inputs)`` -> the pin serving them (None: none), decided once for all the
+    runners FlashInfer asks to list their tactics for those inputs."""
     held: list[Any] = field(default_factory=list)
-    """The profile inputs named by ``allowed`` (their ids stay theirs during the call)."""
+    """The profile inputs named by ``allowed`` and ``decided`` (their ids stay theirs during
+    the call)."""
 
     def allow(self, inputs: Any, runner: str, tactics: tuple[Any, ...]) -> None:
         self.allowed[(id(inputs), runner)] = tactics
         self.held.append(inputs)
+
+    def lists(self, runner: Any) -> bool:
+        """Whether ``runner`` is one this call chooses among (not one a runner delegates to)."""
+        return any(r is runner for r in self.runners)
+
+    def serving(self, inputs: Any, decide: Callable[[], Any]) -> Any:
+        """The pin serving a call on ``inputs``: ``decide()`` on the first runner's asking."""
+        key = id(inputs)
+        if key not in self.decided:
+            self.decided[key] = decide()
+            self.held.append(inputs)
+        return self.decided[key]
 
 
 CALL: contextvars.ContextVar[Call | None] = contextvars.ContextVar("fi_patches_call", default=None)
@@ -60,7 +78,7 @@ def choose_one_replacement(wrap_runners: Callable[[Any], None]) -> Any:
                 return original(self, custom_op, runners, tuning_config, inputs, **kwargs)
             try:
                 wrap_runners(runners)
-                token = CALL.set(Call(str(custom_op), tuning_config, self))
+                token = CALL.set(Call(str(custom_op), tuning_config, self, tuple(runners)))
             except Exception:
                 log_once(
                     logger,

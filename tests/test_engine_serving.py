@@ -1,0 +1,243 @@
+"""Which pin serves a key, against FlashInfer's real tuner (CPU, profiling simulated): an entry
+serves only where its runner is among the call's, its extras are that runner's and its tactic is
+in that runner's own list; otherwise the key is tuned over every runner's stock list, in narrow
+and preseed mode alike. Among entries of several runners for one key the innermost table's
+serves. A runner that inherits ``get_valid_tactics`` (FlashInfer's MoE runners share a base's)
+is pinned under its own name and left without an attribute of its own on exit."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+import fi_patches
+from fi_patches.pins import PinTable
+from tests import toy_op
+from tests.conftest import flashinfer_or_skip, require_feature
+
+N = toy_op.WEIGHTS[0]
+ROWS = 8
+
+
+@pytest.fixture
+def engine(sm103: str) -> Any:
+    flashinfer_or_skip()
+    require_feature("pinned_ops")
+    import flashinfer
+
+    return flashinfer
+
+
+def _table(*entries: dict[str, Any]) -> PinTable:
+    return PinTable.from_mapping(
+        {"meta": {"device": "*", "flashinfer": ""}, "pin": list(entries)}, source="lock.toml"
+    )
+
+
+def _entry(runner: str, tactic: Any, **extra: Any) -> dict[str, Any]:
+    return {
+        "op": toy_op.OP,
+        "runner": runner,
+        "shapes": [["rows", toy_op.K], [toy_op.K, N]],
+        "min_rows": ROWS,
+        "max_rows": ROWS,
+        "tactic": tactic,
+        **extra,
+    }
+
+
+def _tune(engine: Any, runners: list[Any] | None = None) -> tuple[Any, Any]:
+    """One ``choose_one`` of the toy op at ``ROWS`` rows under ``autotune(True)``."""
+    from flashinfer.autotuner import AutoTuner
+
+    x, w = toy_op.operands(ROWS, N)
+    with engine.autotune(True):
+        runner, tactic = AutoTuner.get().choose_one(
+            toy_op.OP, runners or toy_op.runners(), toy_op.config(), [x, w]
+        )
+    return type(runner).__name__, tactic
+
+
+def _timed(profiling: toy_op.Profiling) -> dict[str, set[Any]]:
+    found: dict[str, set[Any]] = {}
+    for runner, rows, tactic in profiling.timed:
+        if rows == ROWS:
+            found.setdefault(runner, set()).add(tactic)
+    return found
+
+
+STOCK = {
+    "ToyTileRunner": {(8, 2), (8, 3), (16, 2), (16, 3), (32, 2), (32, 3)},
+    "ToySplitRunner": {1, 2, 4},
+}
+"""Every tactic the toy op's runners list for 8 rows."""
+
+
+def test_a_pin_its_runner_does_not_offer_leaves_the_key_to_every_runner(
+    engine, monkeypatch, caplog
+):
+    profiling = toy_op.start(monkeypatch, 21)
+    with caplog.at_level(logging.ERROR, logger="fi_patches"):
+        with fi_patches.pinned_tactics(_table(_entry("ToySplitRunner", 3))):
+            _tune(engine)
+    assert _timed(profiling) == STOCK  # the other runner is not silenced by an invalid pin
+    errors = [r.getMessage() for r in caplog.records if "not among the 3 tactics" in r.getMessage()]
+    assert len(errors) == 1 and "[[pin]] #1" in errors[0]
+
+
+def test_a_pin_whose_extras_are_not_its_runners_serves_nothing(engine, monkeypatch):
+    profiling = toy_op.start(monkeypatch, 22)
+    wrong = _entry("ToyTileRunner", [16, 2], extras="(torch.bfloat16,)")  # the call is float32
+    with fi_patches.pinned_tactics(_table(wrong)):
+        _tune(engine)
+    assert _timed(profiling) == STOCK
+
+
+def test_a_pin_of_a_runner_the_call_does_not_choose_among_serves_nothing(engine, monkeypatch):
+    profiling = toy_op.start(monkeypatch, 23)
+    split = toy_op.runners()[1]
+    with fi_patches.pinned_tactics(_table(_entry("ToyTileRunner", [16, 2]))):
+        chosen = _tune(engine, [split])
+    assert _timed(profiling) == {"ToySplitRunner": {1, 2, 4}}
+    assert chosen[0] == "ToySplitRunner" and chosen[1] in (1, 2, 4)
+
+
+def test_the_runner_a_pin_names_serves_it_and_the_others_offer_nothing(engine, monkeypatch):
+    profiling = toy_op.start(monkeypatch, 24)
+    with fi_patches.pinned_tactics(_table(_entry("ToySplitRunner", 4))):
+        assert _tune(engine) == ("ToySplitRunner", 4)
+    assert _timed(profiling) == {"ToySplitRunner": {4}}
+
+
+def test_between_runners_the_innermost_tables_entry_serves(engine, monkeypatch):
+    outer = _table(_entry("ToyTileRunner", [16, 3]))
+    inner = _table(_entry("ToySplitRunner", 2))
+    profiling = toy_op.start(monkeypatch, 25)
+    with fi_patches.pinned_tactics(outer):
+        with fi_patches.pinned_tactics(inner):
+            assert _tune(engine) == ("ToySplitRunner", 2)
+        assert _timed(profiling) == {"ToySplitRunner": {2}}
+        toy_op.start(monkeypatch, 26)  # a fresh cache: the outer table alone now
+        profiling = toy_op.start(monkeypatch, 26)
+        assert _tune(engine) == ("ToyTileRunner", (16, 3))
+    assert _timed(profiling) == {"ToyTileRunner": {(16, 3)}}
+
+
+def test_an_invalid_inner_entry_leaves_the_key_to_the_outer_tables(engine, monkeypatch):
+    outer = _table(_entry("ToyTileRunner", [32, 2]))
+    inner = _table(_entry("ToySplitRunner", 3))  # 3 is not in [1, 2, 4]
+    profiling = toy_op.start(monkeypatch, 27)
+    with fi_patches.pinned_tactics(outer), fi_patches.pinned_tactics(inner):
+        assert _tune(engine) == ("ToyTileRunner", (32, 2))
+    assert _timed(profiling) == {"ToyTileRunner": {(32, 2)}}
+
+
+def test_preseed_answers_only_a_pin_its_runner_offers(engine, monkeypatch, caplog):
+    from flashinfer.autotuner import AutoTuner
+
+    profiling = toy_op.start(monkeypatch, 28)
+    with caplog.at_level(logging.ERROR, logger="fi_patches"):
+        with fi_patches.pinned_tactics(_table(_entry("ToySplitRunner", 3)), mode="preseed"):
+            tuned = _tune(engine)
+            x, w = toy_op.operands(ROWS, N)
+            served = AutoTuner.get().choose_one(
+                toy_op.OP, toy_op.runners(), toy_op.config(), [x, w]
+            )
+    assert _timed(profiling) == STOCK  # tuned as if unpinned
+    assert tuned[1] != 3 and (type(served[0]).__name__, served[1]) == tuned
+    assert any("not among the 3 tactics" in r.getMessage() for r in caplog.records)
+
+
+def test_preseed_serves_a_valid_pin_without_timing_anything(engine, monkeypatch):
+    profiling = toy_op.start(monkeypatch, 29)
+    with fi_patches.pinned_tactics(_table(_entry("ToySplitRunner", 4)), mode="preseed"):
+        assert _tune(engine) == ("ToySplitRunner", 4)
+    assert _timed(profiling) == {}  # the pinned bucket timed nothing (the others were tuned)
+    assert all(bucket != ROWS for _, bucket in toy_op.chosen())  # and was written nowhere
+
+
+# A runner that inherits get_valid_tactics --------------------------------------------------------
+
+INHERITED_OP = "fi_patches_toy_inherited"
+
+
+def _inherited_classes() -> tuple[type, type, type]:
+    from flashinfer.autotuner import TunableRunner
+
+    class ToySharedBase(TunableRunner):
+        def get_valid_tactics(self, inputs: Any, profile: Any) -> list[int]:
+            return [1, 2, 4]
+
+        def forward(self, inputs: Any, tactic: Any = -1, **kw: Any) -> Any:
+            return inputs[0] @ inputs[1]
+
+    class ToyInheritingA(ToySharedBase):
+        pass
+
+    class ToyInheritingB(ToySharedBase):
+        pass
+
+    return ToySharedBase, ToyInheritingA, ToyInheritingB
+
+
+def test_a_runner_inheriting_its_tactic_list_is_pinned_by_its_own_name(engine, monkeypatch):
+    from flashinfer.autotuner import AutoTuner
+
+    base, first, second = _inherited_classes()
+    runners = [first(), second()]
+    table = _table({**_entry("ToyInheritingB", 2), "op": INHERITED_OP})
+    profiling = toy_op.start(monkeypatch, 30)
+    x, w = toy_op.operands(ROWS, N)
+    with fi_patches.pinned_tactics(table):
+        assert runners[1].get_valid_tactics([x, w], None) == [2]
+        assert runners[0].get_valid_tactics([x, w], None) == [1, 2, 4]
+        with engine.autotune(True):
+            runner, tactic = AutoTuner.get().choose_one(
+                INHERITED_OP, runners, toy_op.config(), [x, w]
+            )
+    assert (type(runner).__name__, tactic) == ("ToyInheritingB", 2)
+    assert _timed(profiling) == {"ToyInheritingB": {2}}
+    for cls in (first, second):  # exact restore: no attribute of their own is left behind
+        assert "get_valid_tactics" not in vars(cls)
+    assert vars(base)["get_valid_tactics"].__qualname__.endswith("ToySharedBase.get_valid_tactics")
+
+
+def test_a_lockfile_block_restores_every_object_it_touched(engine, monkeypatch):
+    """Exact restore for ``[[pin]]`` entries: FlashInfer's tuner, the runner base and every
+    runner class the block wrapped (pinned, or wrapped while its op was tuned) hold the very
+    objects they held before."""
+    from flashinfer.autotuner import AutoTuner, TunableRunner
+
+    toy_op.start(monkeypatch, 31)
+    tile, split = (type(r) for r in toy_op.runners())
+    classes = (AutoTuner, TunableRunner, tile, split)
+    before = {(c.__qualname__, k): v for c in classes for k, v in vars(c).items()}
+    with fi_patches.pinned_tactics(_table(_entry("ToySplitRunner", 4))):
+        inside = {(c.__qualname__, k): v for c in classes for k, v in vars(c).items()}
+        _tune(engine)
+        toy_op.toy_mm(*toy_op.operands(ROWS, N))
+    after = {(c.__qualname__, k): v for c in classes for k, v in vars(c).items()}
+    changed = {k for k in before if inside.get(k) is not before[k]}
+    assert ("AutoTuner", "search_cache") in changed and (
+        split.__qualname__,
+        "get_valid_tactics",
+    ) in changed
+    assert after.keys() == before.keys() and all(after[k] is before[k] for k in before)
+
+
+def test_within_a_table_the_runner_first_in_the_calls_order_serves(engine, monkeypatch):
+    """A lockfile recorded from a server that calls one op with two backends pins both runners
+    for one key (each tuned apart): a call choosing among both serves the one FlashInfer's own
+    lookup would find first, the runner first in the call's list."""
+    table = _table(_entry("ToySplitRunner", 2), _entry("ToyTileRunner", [16, 2]))
+    tile, split = toy_op.runners()
+    profiling = toy_op.start(monkeypatch, 32)
+    with fi_patches.pinned_tactics(table):
+        assert _tune(engine, [tile, split]) == ("ToyTileRunner", (16, 2))
+    assert _timed(profiling) == {"ToyTileRunner": {(16, 2)}}
+    profiling = toy_op.start(monkeypatch, 33)
+    with fi_patches.pinned_tactics(table):
+        assert _tune(engine, [split, tile]) == ("ToySplitRunner", 2)
+    assert _timed(profiling) == {"ToySplitRunner": {2}}
