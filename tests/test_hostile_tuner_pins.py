@@ -50,10 +50,12 @@ def pin_entries(draw: Any) -> dict[str, Any]:
 @st.composite
 def lockfiles(draw: Any) -> dict[str, Any]:
     entries = draw(st.lists(pin_entries(), max_size=8))
-    unique, seen = [], set()
-    for entry in entries:  # one entry per key: overlapping keys are refused (tested apart)
-        key = (entry["op"], entry["runner"], json.dumps(entry["shapes"]), entry.get("extras"))
-        if key not in seen:
+    unique, seen, runners = [], set(), {}
+    for entry in entries:  # one entry per key, one runner per op and shapes: overlapping keys,
+        shapes = json.dumps(entry["shapes"])  # and two runners on one bucket, are refused
+        key = (entry["op"], entry["runner"], shapes, entry.get("extras"))
+        runner = runners.setdefault((entry["op"], shapes), entry["runner"])
+        if key not in seen and runner == entry["runner"]:
             seen.add(key)
             unique.append(entry)
     return {"meta": {"device": "*", "flashinfer": ""}, "pin": unique}
@@ -122,6 +124,67 @@ def test_overlapping_keys_are_refused_with_both_entries_named():
     assert "[[pin]] #2" in str(refused.value) and "entry #1" in str(refused.value)
 
 
+def _two_runners(first: dict[str, Any], second: dict[str, Any]) -> PinTable:
+    return PinTable.from_mapping(
+        {"meta": {"device": "*", "flashinfer": ""}, "pin": [first, second]}, source="lock.toml"
+    )
+
+
+def test_two_runners_pinning_one_bucket_are_refused_with_both_entries_named():
+    tile = {
+        "op": "o",
+        "runner": "TileRunner",
+        "shapes": [["rows", 8]],
+        "max_rows": 16,
+        "extras": "(torch.float32,)",
+        "tactic": [8, 2],
+    }
+    split = {**tile, "runner": "SplitRunner", "extras": "()", "tactic": 1}
+    with pytest.raises(PinTableError) as refused:  # other extras: each runner has its own
+        _two_runners(tile, {**split, "min_rows": 16, "max_rows": 32})
+    assert len(refused.value.problems) == 1
+    assert str(refused.value.problems[0]) == (
+        'lock.toml: [[pin]] #2: runner = "SplitRunner": rows 16..32 overlap entry #1\'s key '
+        "with another runner (op 'o' runner TileRunner shapes [[\"rows\",8]] rows 1..16): "
+        "FlashInfer's tuner keeps one winning runner per bucket, so a table pins one runner there"
+    )
+    # the later entry is named whichever comes first in row order
+    with pytest.raises(PinTableError, match=r"\[\[pin\]\] #2: runner = \"TileRunner\""):
+        _two_runners({**split, "max_rows": 4}, {**tile, "min_rows": 1, "max_rows": 2})
+    scalar = {"op": "o", "runner": "TileRunner", "shapes": [[8]], "tactic": 1}
+    with pytest.raises(PinTableError, match=r"#2: runner = \"SplitRunner\": repeats entry #1"):
+        _two_runners(scalar, {**scalar, "runner": "SplitRunner"})
+    # other buckets, another weight or another op: one runner each
+    assert len(_two_runners(tile, {**split, "min_rows": 17, "max_rows": 32}).entries("pin")) == 2
+    assert len(_two_runners(tile, {**split, "shapes": [["rows", 16]]}).entries("pin")) == 2
+    assert len(_two_runners(tile, {**split, "op": "p"}).entries("pin")) == 2
+
+
+def test_thousands_of_entries_alternating_runners_are_checked_in_bounded_time():
+    """8,000 entries of one op and shapes, three runners taking turns (each entry with extras of
+    its own), are checked against each other in one sweep, not pair by pair."""
+    entries = [
+        {
+            "op": "o",
+            "runner": f"Runner{i % 3}",
+            "shapes": [["rows", 64], [64, 128]],
+            "min_rows": 2 * i + 1,
+            "max_rows": 2 * i + 2,
+            "extras": f"({i},)",
+            "tactic": i,
+        }
+        for i in range(8000)
+    ]
+    meta = {"device": "*", "flashinfer": ""}
+    table = _bounded(lambda: PinTable.from_mapping({"meta": meta, "pin": entries}))
+    assert len(table.entries("pin")) == 8000
+    clash = {**entries[10], "runner": "Runner9", "min_rows": 14000, "max_rows": 14001}
+    with pytest.raises(PinTableError) as refused:
+        _bounded(lambda: PinTable.from_mapping({"meta": meta, "pin": [*entries, clash]}))
+    assert [p.where for p in refused.value.problems] == ["[[pin]] #8001"]
+    assert "overlap entry #7000's key with another runner" in str(refused.value)
+
+
 @given(st.text(max_size=400))
 def test_any_text_is_a_file_key_or_none(text):
     found = _bounded(lambda: parse_file_key(text))
@@ -157,25 +220,59 @@ def test_a_damaged_cache_reads_as_entries_or_one_error(tmp_path_factory, data, t
     assert all(isinstance(e, Tuned) and e.key.runner == "R" for e in entries)
 
 
-keys = st.builds(
-    lambda op, rows: TunerKey(op, "R", ((rows, 64), (64, 32)), "()"),
-    st.sampled_from(["a", "b"]),
-    st.sampled_from([1, 2, 4, 8]),
+EXTRAS = {"R": "()", "S": "(torch.float32,)"}
+"""Each runner's extras: FlashInfer files a winner under the winning runner's own key."""
+
+buckets = st.tuples(st.sampled_from(["a", "b"]), st.sampled_from([1, 2, 4, 8]))
+choices = st.tuples(st.sampled_from(sorted(EXTRAS)), st.integers(0, 3))
+
+
+def _tuned(bucket: tuple[str, int], choice: tuple[str, int]) -> Tuned:
+    (op, rows), (runner, tactic) = bucket, choice
+    return Tuned(TunerKey(op, runner, ((rows, 64), (64, 32)), EXTRAS[runner]), tactic)
+
+
+@given(
+    st.lists(
+        st.dictionaries(buckets, st.lists(choices, min_size=1, max_size=2), max_size=8),
+        min_size=2,
+        max_size=5,
+    )
 )
-
-
-@given(st.lists(st.lists(st.tuples(keys, st.integers(0, 3)), max_size=8), min_size=2, max_size=5))
 def test_merging_caches_that_disagree_does_not_depend_on_their_order(runs):
+    """Caches (each a winner per bucket, at times two: its op called with other runners at the
+    same shapes) whose winners differ in runner or tactic: one winner per bucket, every bucket
+    with two choices reported with the caches behind each, whatever their order."""
     sources = [
-        (f"rank{i}", [Tuned(k, t) for k, t in dict(run).items()]) for i, run in enumerate(runs)
+        (f"rank{i}", [_tuned(b, c) for b, won in run.items() for c in won])
+        for i, run in enumerate(runs)
     ]
     forward, votes, count = merge_caches(sources, lambda key: None)
     backward, votes_back, count_back = merge_caches(list(reversed(sources)), lambda key: None)
     assert [(e.key, e.tactic) for e in forward] == [(e.key, e.tactic) for e in backward]
-    assert (
-        count == count_back == len({k for _, entries in sources for k in (e.key for e in entries)})
-    )
-    assert sorted(v.key.file_key for v in votes) == sorted(v.key.file_key for v in votes_back)
+    made: dict[tuple[str, int], dict[tuple[str, int], set[str]]] = {}
+    for i, run in enumerate(runs):
+        for bucket, won in run.items():
+            for choice in won:
+                made.setdefault(bucket, {}).setdefault(choice, set()).add(f"rank{i}")
+    assert count == count_back == len(made)
+    assert sorted((e.key.op, e.key.profile[0][0]) for e in forward) == sorted(made)  # one each
+    for e in forward:
+        chosen = made[(e.key.op, e.key.profile[0][0])]
+        top = max(len(labels) for labels in chosen.values())
+        assert len(chosen.get((e.key.runner, e.tactic), ())) == top  # a majority choice
+        assert e.key.extras == EXTRAS[e.key.runner]
+    disagreed = {b for b, chosen in made.items() if len(chosen) > 1}
+    assert sorted((v.key.op, v.key.profile[0][0]) for v in votes) == sorted(disagreed)
+    for vote in votes:
+        said = {(c.runner, c.tactic): set(labels) for c, labels in vote.choices}
+        assert said == made[(vote.key.op, vote.key.profile[0][0])]
+        assert (vote.chosen.runner, vote.chosen.tactic) == (vote.key.runner, vote.tuned.tactic)
+
+    def normal(found: list[Any]) -> list[Any]:
+        return [(v.key, v.chosen, v.rule, {c: set(ls) for c, ls in v.choices}) for v in found]
+
+    assert normal(votes) == normal(votes_back)
 
 
 def test_a_lockfile_of_thousands_of_entries_loads_and_indexes(tmp_path: Path):

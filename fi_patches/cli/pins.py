@@ -154,9 +154,8 @@ def run_record(args: argparse.Namespace) -> int:
 
         def where(vote: Any) -> str:
             from fi_patches.pins.diff import from_entries
-            from fi_patches.pins.record import Tuned
 
-            found = from_entries([Tuned(vote.key, vote.chosen)], bucket_of)
+            found = from_entries([vote.tuned], bucket_of)
             return bucket_label(next(iter(found.found)), bucket_of)
 
         note = provenance(paths, votes, keys, where) if len(paths) > 1 else ""

@@ -1,8 +1,11 @@
-"""``pins diff``: what several tuner caches or pin tables choose per tuner key, for every op,
-and where they differ. A section entry's row range counts once per FlashInfer bucket it covers
+"""``pins diff``: what several tuner caches or pin tables choose per bucket, for every op, and
+where they differ. A section entry's row range counts once per FlashInfer bucket it covers
 (a ``[[wide]]`` entry, and a wide runner's cache entry, by its activation tile); a ``[[pin]]``
-entry covers the cache keys its shapes and row range match, and, compared with other tables,
-its range's ends and the powers of two between them."""
+entry covers the op's buckets its shapes and row range match, and, compared with other tables,
+its range's ends and the powers of two between them. Outside the sections a bucket is the op
+and profile, and what is compared there is the runner and its tactic, as FlashInfer's tuner
+keeps one winning runner per bucket: caches whose winners are different runners differ on the
+same bucket."""
 
 from __future__ import annotations
 
@@ -12,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fi_patches.pins.keys import TunerKey, as_tactic, tactic_text
+from fi_patches.pins.keys import Profile, as_tactic, tactic_text
 from fi_patches.pins.record import Tuned, bucket_rows, read_cache, section_of
 from fi_patches.pins.schema import LOW_LATENCY_MAX_ROWS
 from fi_patches.pins.table import PinTable
@@ -20,7 +23,19 @@ from fi_patches.pins.tuner_pin import SECTION as PIN
 from fi_patches.pins.tuner_pin import TunerPin
 
 BucketKey = tuple[Any, ...]
-"""``(section, n, k, bucket)`` (for ``wide`` the last field is the tile), or ``("pin", key)``."""
+"""``(section, n, k, bucket)`` (for ``wide`` the last field is the tile), or
+``("pin", op, profile)``."""
+
+
+@dataclass(frozen=True)
+class Won:
+    """A ``[[pin]]`` bucket's winner: the runner and its tactic."""
+
+    runner: str
+    tactic: Any
+
+    def text(self) -> str:
+        return f"{self.runner} {tactic_text(self.tactic)}"
 
 
 @dataclass
@@ -34,21 +49,18 @@ class Choices:
         if key in self.found:
             return self.found[key]
         if key[0] == PIN:
-            tuner_key: TunerKey = key[1]
+            _, op, profile = key
             for pin in self.pins:
-                if _covers(pin, tuner_key):
-                    return pin.tactic
+                if _covers(pin, op, profile):
+                    return Won(pin.runner, pin.tactic)
         return None
 
 
-def _covers(pin: TunerPin, key: TunerKey) -> bool:
-    if pin.op != key.op or pin.runner != key.runner:
+def _covers(pin: TunerPin, op: str, profile: Profile) -> bool:
+    """Whether ``pin`` pins the bucket ``profile`` of ``op`` (whichever runner wins it)."""
+    if pin.op != op or pin.shapes.masked(profile) != pin.shapes.fixed():
         return False
-    if pin.extras is not None and pin.extras != key.extras:
-        return False
-    if pin.shapes.masked(key.profile) != pin.shapes.fixed():
-        return False
-    rows = pin.shapes.rows_of(key.profile)
+    rows = pin.shapes.rows_of(profile)
     return rows is not None and pin.covers(rows)
 
 
@@ -59,7 +71,7 @@ def from_entries(entries: Iterable[Tuned], bucket_of: Callable[[int], int] | Non
         section = section_of(e.key) if bucket_of is not None else None
         tactic = as_tactic(e.tactic)
         if section is None:
-            found.found[(PIN, e.key)] = tactic
+            found.found[(PIN, e.key.op, e.key.profile)] = Won(e.key.runner, tactic)
         elif section.section == "wide":
             found.found[("wide", section.n, section.k, int(tactic[0]))] = tactic[1:]
         elif section.section != "low_latency" or section.bucket <= LOW_LATENCY_MAX_ROWS:
@@ -67,8 +79,8 @@ def from_entries(entries: Iterable[Tuned], bucket_of: Callable[[int], int] | Non
     return found
 
 
-def _pin_keys(pin: TunerPin) -> list[TunerKey]:
-    """Concrete keys standing for a ``[[pin]]`` entry where no cache names them."""
+def _pin_keys(pin: TunerPin) -> list[BucketKey]:
+    """Concrete buckets standing for a ``[[pin]]`` entry where no cache names them."""
     if not pin.shapes.has_rows:
         values = [0]
     else:
@@ -83,7 +95,7 @@ def _pin_keys(pin: TunerPin) -> list[TunerKey]:
             tuple(value if d == "rows" else (-1 if d == "*" else int(d)) for d in shape)
             for shape in pin.shapes.dims
         )
-        keys.append(TunerKey(pin.op, pin.runner, profile, pin.extras or "*"))
+        keys.append((PIN, pin.op, profile))
     return keys
 
 
@@ -142,7 +154,7 @@ def differing(choices: Sequence[Choices]) -> tuple[list[BucketDiff], int]:
     too), and the number of keys in any input."""
     keys = {key for found in choices for key in found.found}
     if not any(k[0] == PIN for k in keys):
-        keys |= {(PIN, k) for found in choices for pin in found.pins for k in _pin_keys(pin)}
+        keys |= {k for found in choices for pin in found.pins for k in _pin_keys(pin)}
     ordered = sorted(keys, key=repr)
     diffs = []
     for key in ordered:
@@ -154,10 +166,10 @@ def differing(choices: Sequence[Choices]) -> tuple[list[BucketDiff], int]:
 
 def bucket_label(key: BucketKey, bucket_of: Callable[[int], int] | None) -> str:
     """``low_latency 7168x1536 rows 5..8``, ``wide 7168x1536 tile 16``, or a ``[[pin]]``
-    key as ``op runner profile``."""
+    bucket as ``op profile``."""
     if key[0] == PIN:
-        tuner_key: TunerKey = key[1]
-        return f"{tuner_key.op} {tuner_key.runner} {list(map(list, tuner_key.profile))}"
+        _, op, profile = key
+        return f"{op} {list(map(list, profile))}"
     section, n, k, bucket = key
     if section == "wide":
         return f"wide {n}x{k} tile {bucket}"
@@ -167,4 +179,7 @@ def bucket_label(key: BucketKey, bucket_of: Callable[[int], int] | None) -> str:
 
 
 def value_text(value: Any) -> str:
+    """A cell of the diff: ``-`` for no entry, ``runner tactic`` for a ``[[pin]]`` bucket."""
+    if isinstance(value, Won):
+        return value.text()
     return "-" if value is None else tactic_text(value)

@@ -73,6 +73,24 @@ def section_of(key: TunerKey) -> SectionKey | None:
     return None
 
 
+Decision = tuple[str, Profile, str]
+"""``(op, profile, section)``: one winner of FlashInfer's tuner (see :func:`decision_of`)."""
+
+
+def decision_of(key: TunerKey) -> Decision:
+    """What a cached winner decides: FlashInfer's tuner keeps one winning runner per op and
+    bucketed profile, so runners of one op that won the same profile in two caches are two
+    answers to one decision. The MXFP8 sections pin each of their runners on its own (beside
+    the runners they silence), so their keys decide per section; every other key's section is
+    ``""``."""
+    from fi_patches.pinning.sections import SPECIALIZATIONS
+
+    for spec in SPECIALIZATIONS:
+        if key.op in spec.recorded_ops and key.runner in (*spec.runners, *spec.silences):
+            return key.op, key.profile, spec.section
+    return key.op, key.profile, ""
+
+
 MAX_CACHE_BYTES = 1 << 28
 """The largest tuner cache file read (256 MiB; FlashInfer's caches are a few MiB)."""
 
