@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fi_patches.internals import vllm as vllm_layout
 from fi_patches.pins.errors import PinTableError
 from fi_patches.pins.files import read_data_file
 from fi_patches.pins.keys import (
@@ -185,15 +186,15 @@ def from_tuner(tuner: Any = None) -> list[Tuned]:
     return entries
 
 
-VLLM_FILES = "*/autotune_configs.json"
+VLLM_FILES = f"*/{vllm_layout.AUTOTUNE_FILE}"
 """vLLM's v1 files under its cache directory: ``<dir>/<config hash>/autotune_configs.json``."""
 
 SGLANG_FILES = "rank_tp*_pp*_dp*.json"
 """SGLang's per-rank v1 files in its cache directory."""
 
 LAYOUTS = (
-    "a v2 store (manifest.json, entries/), vLLM's <hash>/autotune_configs.json or SGLang's "
-    "rank_tp*_pp*_dp*.json"
+    "a v2 store (manifest.json, entries/), vLLM's flashinfer_autotune_cache tree or its "
+    "<hash>/autotune_configs.json, or SGLang's rank_tp*_pp*_dp*.json"
 )
 """The directory layouts a cache directory may have, for messages."""
 
