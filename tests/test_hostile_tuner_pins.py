@@ -21,6 +21,7 @@ from fi_patches.pins.keys import TunerKey, as_tactic, parse_file_key
 from fi_patches.pins.merge import merge as merge_caches
 from fi_patches.pins.record import Tuned, TunerCacheError, from_v1_file
 from fi_patches.pins.toml_writer import dumps
+from fi_patches.pins.tuner_pin import runner_overlaps
 
 pytestmark = pytest.mark.release_independent  # files and the index alone: no FlashInfer call
 
@@ -50,12 +51,10 @@ def pin_entries(draw: Any) -> dict[str, Any]:
 @st.composite
 def lockfiles(draw: Any) -> dict[str, Any]:
     entries = draw(st.lists(pin_entries(), max_size=8))
-    unique, seen, runners = [], set(), {}
-    for entry in entries:  # one entry per key, one runner per op and shapes: overlapping keys,
-        shapes = json.dumps(entry["shapes"])  # and two runners on one bucket, are refused
-        key = (entry["op"], entry["runner"], shapes, entry.get("extras"))
-        runner = runners.setdefault((entry["op"], shapes), entry["runner"])
-        if key not in seen and runner == entry["runner"]:
+    unique, seen = [], set()
+    for entry in entries:  # one entry per key: overlapping keys are refused (tested apart)
+        key = (entry["op"], entry["runner"], json.dumps(entry["shapes"]), entry.get("extras"))
+        if key not in seen:
             seen.add(key)
             unique.append(entry)
     return {"meta": {"device": "*", "flashinfer": ""}, "pin": unique}
@@ -124,45 +123,10 @@ def test_overlapping_keys_are_refused_with_both_entries_named():
     assert "[[pin]] #2" in str(refused.value) and "entry #1" in str(refused.value)
 
 
-def _two_runners(first: dict[str, Any], second: dict[str, Any]) -> PinTable:
-    return PinTable.from_mapping(
-        {"meta": {"device": "*", "flashinfer": ""}, "pin": [first, second]}, source="lock.toml"
-    )
-
-
-def test_two_runners_pinning_one_bucket_are_refused_with_both_entries_named():
-    tile = {
-        "op": "o",
-        "runner": "TileRunner",
-        "shapes": [["rows", 8]],
-        "max_rows": 16,
-        "extras": "(torch.float32,)",
-        "tactic": [8, 2],
-    }
-    split = {**tile, "runner": "SplitRunner", "extras": "()", "tactic": 1}
-    with pytest.raises(PinTableError) as refused:  # other extras: each runner has its own
-        _two_runners(tile, {**split, "min_rows": 16, "max_rows": 32})
-    assert len(refused.value.problems) == 1
-    assert str(refused.value.problems[0]) == (
-        'lock.toml: [[pin]] #2: runner = "SplitRunner": rows 16..32 overlap entry #1\'s key '
-        "with another runner (op 'o' runner TileRunner shapes [[\"rows\",8]] rows 1..16): "
-        "FlashInfer's tuner keeps one winning runner per bucket, so a table pins one runner there"
-    )
-    # the later entry is named whichever comes first in row order
-    with pytest.raises(PinTableError, match=r"\[\[pin\]\] #2: runner = \"TileRunner\""):
-        _two_runners({**split, "max_rows": 4}, {**tile, "min_rows": 1, "max_rows": 2})
-    scalar = {"op": "o", "runner": "TileRunner", "shapes": [[8]], "tactic": 1}
-    with pytest.raises(PinTableError, match=r"#2: runner = \"SplitRunner\": repeats entry #1"):
-        _two_runners(scalar, {**scalar, "runner": "SplitRunner"})
-    # other buckets, another weight or another op: one runner each
-    assert len(_two_runners(tile, {**split, "min_rows": 17, "max_rows": 32}).entries("pin")) == 2
-    assert len(_two_runners(tile, {**split, "shapes": [["rows", 16]]}).entries("pin")) == 2
-    assert len(_two_runners(tile, {**split, "op": "p"}).entries("pin")) == 2
-
-
-def test_thousands_of_entries_alternating_runners_are_checked_in_bounded_time():
+def test_two_runners_a_table_pins_for_one_bucket_are_found_among_thousands_in_bounded_time():
     """8,000 entries of one op and shapes, three runners taking turns (each entry with extras of
-    its own), are checked against each other in one sweep, not pair by pair."""
+    its own): ``pins diff`` finds the runners a table pins for one bucket in one sweep, not pair
+    by pair."""
     entries = [
         {
             "op": "o",
@@ -176,13 +140,12 @@ def test_thousands_of_entries_alternating_runners_are_checked_in_bounded_time():
         for i in range(8000)
     ]
     meta = {"device": "*", "flashinfer": ""}
-    table = _bounded(lambda: PinTable.from_mapping({"meta": meta, "pin": entries}))
-    assert len(table.entries("pin")) == 8000
+    table = PinTable.from_mapping({"meta": meta, "pin": entries})
+    assert _bounded(lambda: runner_overlaps(table.entries("pin"))) == []
     clash = {**entries[10], "runner": "Runner9", "min_rows": 14000, "max_rows": 14001}
-    with pytest.raises(PinTableError) as refused:
-        _bounded(lambda: PinTable.from_mapping({"meta": meta, "pin": [*entries, clash]}))
-    assert [p.where for p in refused.value.problems] == ["[[pin]] #8001"]
-    assert "overlap entry #7000's key with another runner" in str(refused.value)
+    both = PinTable.from_mapping({"meta": meta, "pin": [*entries, clash]}).entries("pin")
+    pairs = _bounded(lambda: runner_overlaps(both))
+    assert sorted((a.index, b.index) for a, b in pairs) == [(7001, 8001), (8001, 7000)]
 
 
 @given(st.text(max_size=400))
@@ -240,9 +203,10 @@ def _tuned(bucket: tuple[str, int], choice: tuple[str, int]) -> Tuned:
     )
 )
 def test_merging_caches_that_disagree_does_not_depend_on_their_order(runs):
-    """Caches (each a winner per bucket, at times two: its op called with other runners at the
-    same shapes) whose winners differ in runner or tactic: one winner per bucket, every bucket
-    with two choices reported with the caches behind each, whatever their order."""
+    """Caches whose winners differ in runner or tactic, some holding a winner of each runner for
+    one bucket (the op called per backend): one winner per bucket and lane (a runner tuned apart
+    has its own), every bucket with two choices reported with the caches behind each, whatever
+    their order."""
     sources = [
         (f"rank{i}", [_tuned(b, c) for b, won in run.items() for c in won])
         for i, run in enumerate(runs)
@@ -250,23 +214,40 @@ def test_merging_caches_that_disagree_does_not_depend_on_their_order(runs):
     forward, votes, count = merge_caches(sources, lambda key: None)
     backward, votes_back, count_back = merge_caches(list(reversed(sources)), lambda key: None)
     assert [(e.key, e.tactic) for e in forward] == [(e.key, e.tactic) for e in backward]
-    made: dict[tuple[str, int], dict[tuple[str, int], set[str]]] = {}
+    apart = {
+        (op, runner)
+        for run in runs
+        for (op, _), won in run.items()
+        if len({r for r, _ in won}) > 1
+        for runner, _ in won
+    }
+    made: dict[tuple[str, int, str], dict[tuple[str, int], set[str]]] = {}
     for i, run in enumerate(runs):
-        for bucket, won in run.items():
-            for choice in won:
-                made.setdefault(bucket, {}).setdefault(choice, set()).add(f"rank{i}")
+        for (op, rows), won in run.items():
+            for runner, tactic in won:
+                lane = runner if (op, runner) in apart else ""
+                made.setdefault((op, rows, lane), {}).setdefault((runner, tactic), set()).add(
+                    f"rank{i}"
+                )
+
+    def lane_of(op: str, rows: int, runner: str) -> tuple[str, int, str]:
+        return op, rows, runner if (op, runner) in apart else ""
+
     assert count == count_back == len(made)
-    assert sorted((e.key.op, e.key.profile[0][0]) for e in forward) == sorted(made)  # one each
+    decided = sorted(lane_of(e.key.op, e.key.profile[0][0], e.key.runner) for e in forward)
+    assert decided == sorted(made)  # one winner each
     for e in forward:
-        chosen = made[(e.key.op, e.key.profile[0][0])]
+        chosen = made[lane_of(e.key.op, e.key.profile[0][0], e.key.runner)]
         top = max(len(labels) for labels in chosen.values())
         assert len(chosen.get((e.key.runner, e.tactic), ())) == top  # a majority choice
         assert e.key.extras == EXTRAS[e.key.runner]
-    disagreed = {b for b, chosen in made.items() if len(chosen) > 1}
-    assert sorted((v.key.op, v.key.profile[0][0]) for v in votes) == sorted(disagreed)
-    for vote in votes:
+    disagreed = {d for d, chosen in made.items() if len(chosen) > 1}
+    lanes = [lane_of(v.key.op, v.key.profile[0][0], v.key.runner) for v in votes]
+    assert sorted(lanes) == sorted(disagreed)
+    for vote, lane in zip(votes, lanes, strict=True):
+        assert vote.decision == (lane[0], vote.key.profile, lane[2])
         said = {(c.runner, c.tactic): set(labels) for c, labels in vote.choices}
-        assert said == made[(vote.key.op, vote.key.profile[0][0])]
+        assert said == made[lane]
         assert (vote.chosen.runner, vote.chosen.tactic) == (vote.key.runner, vote.tuned.tactic)
 
     def normal(found: list[Any]) -> list[Any]:

@@ -159,3 +159,60 @@ def test_a_tie_between_runners_does_not_depend_on_the_order_of_the_caches(runs, 
         won = min(chosen_a[bucket], chosen_c[bucket], key=lambda w: w[0])
         assert pinned(ac, bucket) == won
         assert f"-> {won[0]} {tactic_text(won[1])} (text order)" in said
+
+
+# --- runners tuned apart: the op called per backend ---------------------------------------------
+
+
+def tune_apart(
+    flashinfer: Any, monkeypatch: pytest.MonkeyPatch, seed: int, path: Path | None
+) -> dict[tuple[int, int, str], Any]:
+    """One start of a server that calls the op per ``backend`` (as ``mm_bf16(backend=...)`` is
+    called): each runner is tuned on its own, and FlashInfer's cache keeps a winner of each for
+    every bucket. The winners ``(n, rows, runner) -> tactic``."""
+    toy_op.start(monkeypatch, seed)
+    with flashinfer.autotune(True, cache=str(path) if path else None):
+        toy_op.warm_up(backend=0)
+        toy_op.warm_up(backend=1)
+    return {k: as_tactic(t) for k, t in toy_op.winners().items()}
+
+
+@pytest.mark.simulated
+def test_runners_tuned_apart_keep_their_own_buckets(engine, monkeypatch, tmp_path, capsys):
+    paths = {name: tmp_path / f"apart_{name}.json" for name in SEEDS}
+    won = {name: tune_apart(engine, monkeypatch, SEEDS[name], paths[name]) for name in SEEDS}
+    assert {runner for _, _, runner in won["a"]} == {"ToyTileRunner", "ToySplitRunner"}
+    differ = {k for k in won["a"] if won["a"][k] != won["c"][k]}
+    assert differ and won["a"] == won["b"]
+    out = tmp_path / "pins.toml"
+    record(out, *paths.values())
+    said = capsys.readouterr().out
+    total = len(won["a"])  # each runner's buckets, voted on apart
+    assert f"({total - len(differ)} of {total} buckets agree; {len(differ)} disagreed" in said
+    lines = [line for line in said.splitlines() if line.startswith("  ")]
+    assert len(lines) == len(differ)
+    for n, rows, runner in differ:  # labelled by the runner's lane, with the tactics alone
+        (line,) = [x for x in lines if x.startswith(f"  {label((n, rows))} {runner}: ")]
+        assert line.endswith(f"-> {tactic_text(won['a'][(n, rows, runner)])} (majority)"), line
+    table = PinTable.from_file(out)  # both runners pinned for every bucket
+    for (n, rows, runner), tactic in won["a"].items():
+        found = [
+            p.tactic
+            for p in table.entries("pin")
+            if p.runner == runner and p.shapes.dims[1][1] == n and p.min_rows <= rows <= p.max_rows
+        ]
+        assert found == [tactic], (n, rows, runner, found)
+    for seed in (11, 12):  # later starts, per backend as before: each runner serves its pin
+        with fi_patches.pinned_tactics(table):
+            assert tune_apart(engine, monkeypatch, seed, None) == won["a"]
+    # pins diff compares each runner's buckets on its own, caches or tables alike
+    capsys.readouterr()
+    assert main(["pins", "diff", str(paths["a"]), str(paths["c"])]) == 1
+    assert capsys.readouterr().out.rstrip().endswith(f"{len(differ)} of {total} buckets differ")
+    tables = [tmp_path / "a.toml", tmp_path / "c.toml"]
+    record(tables[0], paths["a"])
+    record(tables[1], paths["c"])
+    capsys.readouterr()
+    assert main(["pins", "diff", *map(str, tables)]) == 1
+    rows = [r for r in capsys.readouterr().out.splitlines() if r.startswith(toy_op.OP)]
+    assert {r.split("]] ")[1].split()[0] for r in rows} == {runner for _, _, runner in differ}

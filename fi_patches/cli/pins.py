@@ -155,9 +155,13 @@ def run_record(args: argparse.Namespace) -> int:
 
         def where(vote: Any) -> str:
             from fi_patches.pins.diff import from_entries
+            from fi_patches.pins.tuner_pin import SECTION
 
-            found = from_entries([vote.tuned], bucket_of)
-            return bucket_label(next(iter(found.found)), bucket_of)
+            key = next(iter(from_entries([vote.tuned], bucket_of).found))
+            if key[0] == SECTION:  # a [[pin]] bucket: its lane, as pins diff labels it
+                op, profile, lane = vote.decision
+                key = (SECTION, op, profile, lane)
+            return bucket_label(key, bucket_of)
 
         note = provenance(paths, votes, keys, where) if len(paths) > 1 else ""
         version = next(iter(versions.values()), None) or installed_flashinfer().version_text

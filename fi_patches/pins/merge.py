@@ -3,10 +3,12 @@ into one winner per bucket, for ``pins record --from A --from B ...``, for every
 
 FlashInfer's tuner keeps one winner per op and bucketed profile, filed under the winning
 runner's key (its class and extras). So the decision the caches vote on is the op and profile
-(:func:`~fi_patches.pins.record.decision_of`; the MXFP8 sections' runners decide per section),
-and what each cache votes for is a :class:`Choice`: the runner, its extras and its tactic. Two
-caches whose winners are different runners disagree on that bucket, as two that chose different
-tactics of one runner do. The rule, per bucket, over the caches that tuned it:
+(:func:`~fi_patches.pins.record.decision_of`), and what each cache votes for is a
+:class:`Choice`: the runner, its extras and its tactic. Two caches whose winners are different
+runners disagree on that bucket, as two that chose different tactics of one runner do. Runners
+that one cache holds winners of for one bucket were tuned by separate calls (an op called with a
+``backend`` argument), and the MXFP8 sections pin each of their runners on its own: each such
+runner's buckets are voted on apart. The rule, per bucket, over the caches that tuned it:
 
 1. every cache chose the same runner and tactic: that choice;
 2. otherwise the choice most caches made (the majority);
@@ -18,9 +20,7 @@ tactics of one runner do. The rule, per bucket, over the caches that tuned it:
 4. still tied (or tied between runners): the runner whose name sorts first, then its extras'
    text, then the tactic whose JSON text sorts first.
 
-A cache holding two winners for one bucket (its op called with other runners or dtypes at the
-same shapes) votes for each. The outcome depends only on the caches' contents, never on the
-order of ``--from``.
+The outcome depends only on the caches' contents, never on the order of ``--from``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 
 from fi_patches.internals import flashinfer as fi
 from fi_patches.pins.keys import TunerKey, as_tactic, tactic_text
-from fi_patches.pins.record import Decision, Tuned, decision_of, section_of
+from fi_patches.pins.record import Decision, Tuned, decision_of, runners_apart, section_of
 from fi_patches.wide.runner import CLASS_NAME as WIDE_CLASS
 
 LOW_LATENCY_CLASS = fi.LOW_LATENCY_RUNNER.builds
@@ -67,6 +67,8 @@ class Choice:
 class Vote:
     """A bucket on which the caches disagreed, and how it was decided."""
 
+    decision: Decision
+    """The bucket: op, profile and lane (see :func:`~fi_patches.pins.record.decision_of`)."""
     key: TunerKey
     """The chosen runner's key for the bucket."""
     choices: tuple[tuple[Choice, tuple[str, ...]], ...]
@@ -128,10 +130,13 @@ def merge(
     """One winner per bucket (:func:`~fi_patches.pins.record.decision_of`) over
     ``(label, entries)`` sources, the buckets they disagreed on (runner or tactic), and the
     number of buckets."""
+    apart = runners_apart(
+        [(e.key.op, e.key.profile, e.key.runner) for e in entries] for _, entries in sources
+    )
     by_bucket: dict[Decision, dict[Choice, list[str]]] = {}
     for label, entries in sources:
         for e in entries:
-            chosen = by_bucket.setdefault(decision_of(e.key), {})
+            chosen = by_bucket.setdefault(decision_of(e.key, apart), {})
             labels = chosen.setdefault(Choice.of(e), [])
             if label not in labels:
                 labels.append(label)
@@ -147,10 +152,11 @@ def merge(
         key = TunerKey(op, choice.runner, profile, choice.extras)
         if rule:
             ranked = sorted(choices.items(), key=lambda item: (-len(item[1]), item[0].order()))
-            votes.append(Vote(key, tuple((c, tuple(labels)) for c, labels in ranked), choice, rule))
+            ranking = tuple((c, tuple(labels)) for c, labels in ranked)
+            votes.append(Vote(bucket, key, ranking, choice, rule))
         merged.append(Tuned(key, choice.tactic))
-    merged.sort(key=lambda e: decision_of(e.key))
-    votes.sort(key=lambda v: decision_of(v.key))
+    merged.sort(key=lambda e: decision_of(e.key, apart))
+    votes.sort(key=lambda v: v.decision)
     return merged, votes, len(by_bucket)
 
 

@@ -75,20 +75,42 @@ def section_of(key: TunerKey) -> SectionKey | None:
 
 
 Decision = tuple[str, Profile, str]
-"""``(op, profile, section)``: one winner of FlashInfer's tuner (see :func:`decision_of`)."""
+"""``(op, profile, lane)``: one winner of FlashInfer's tuner (see :func:`decision_of`)."""
+
+Apart = dict[str, set[str]]
+"""Per op, the runners tuned apart (see :func:`runners_apart`)."""
 
 
-def decision_of(key: TunerKey) -> Decision:
-    """What a cached winner decides: FlashInfer's tuner keeps one winning runner per op and
+def runners_apart(sources: Iterable[Iterable[tuple[str, Profile, str]]]) -> Apart:
+    """Per op, the runners that one source holds winners of for one profile (each source given
+    as its winners' ``(op, profile, runner)``). FlashInfer's tuner keeps one winner per call, so
+    two winners of one bucket in one cache come from calls that each offered one of them (an op
+    called with a ``backend`` argument, as ``mm_bf16`` and ``bmm_fp8`` are): those runners are
+    tuned apart, and each keeps its own buckets."""
+    apart: Apart = {}
+    for placed in sources:
+        seen: dict[tuple[str, Profile], set[str]] = {}
+        for op, profile, runner in placed:
+            seen.setdefault((op, profile), set()).add(runner)
+        for (op, _), runners in seen.items():
+            if len(runners) > 1:
+                apart.setdefault(op, set()).update(runners)
+    return apart
+
+
+def decision_of(key: TunerKey, apart: Apart | None = None) -> Decision:
+    """What a cached winner decides. FlashInfer's tuner keeps one winning runner per op and
     bucketed profile, so runners of one op that won the same profile in two caches are two
-    answers to one decision. The MXFP8 sections pin each of their runners on its own (beside
-    the runners they silence), so their keys decide per section; every other key's section is
-    ``""``."""
+    answers to one decision (lane ``""``). A runner tuned apart (``apart``) decides its own
+    buckets, as do the runners the MXFP8 sections pin each on its own (with the runners they
+    silence, by section)."""
     from fi_patches.pinning.sections import SPECIALIZATIONS
 
     for spec in SPECIALIZATIONS:
         if key.op in spec.recorded_ops and key.runner in (*spec.runners, *spec.silences):
             return key.op, key.profile, spec.section
+    if apart and key.runner in apart.get(key.op, ()):
+        return key.op, key.profile, key.runner
     return key.op, key.profile, ""
 
 

@@ -220,9 +220,7 @@ def parse_pin(reader: FieldReader, index: int) -> TunerPin | None:
 def check_pins(
     section: str, entries: Sequence[TunerPin], source: str, problems: list[PinProblem]
 ) -> Sequence[TunerPin]:
-    """A problem for each entry whose key (or bucket range) another entry already pins: the
-    same runner's, or another runner's of the same op and shapes whatever the extras (FlashInfer's
-    tuner keeps one winning runner per bucket, so a table pins one runner there)."""
+    """A problem for each entry whose key (or bucket range) another entry already pins."""
     seen: dict[tuple[Any, ...], list[TunerPin]] = {}
     for entry in entries:
         key = (entry.op, entry.runner, entry.shapes, entry.extras)
@@ -240,20 +238,19 @@ def check_pins(
                 )
                 break
         seen.setdefault(key, []).append(entry)
-    _check_runners(section, entries, source, problems)
     return entries
 
 
-def _check_runners(
-    section: str, entries: Sequence[TunerPin], source: str, problems: list[PinProblem]
-) -> None:
-    """A problem for each entry that pins buckets another entry pins to another runner of the
-    same op and shapes (one problem per entry, on the later of the two). Entries of one op and
-    shapes are swept in row order, so thousands of them cost ``n log n``."""
+def runner_overlaps(entries: Sequence[TunerPin]) -> list[tuple[TunerPin, TunerPin]]:
+    """Pairs of entries that pin two runners of one op for the same shapes and overlapping rows
+    (whatever their extras): one pair for each entry that overlaps an earlier one in row order,
+    the later entry first. A table holds them where the op is called with one runner at a time
+    (a ``backend`` argument); a call offering both tunes both pins. Entries of one op and shapes
+    are swept in row order, so thousands of them cost ``n log n``."""
     by_shapes: dict[tuple[str, ShapePattern], list[TunerPin]] = {}
     for entry in entries:
         by_shapes.setdefault((entry.op, entry.shapes), []).append(entry)
-    clashes: dict[int, tuple[TunerPin, TunerPin]] = {}
+    pairs: list[tuple[TunerPin, TunerPin]] = []
     for group in by_shapes.values():
         if len({e.runner for e in group}) < 2:
             continue
@@ -262,23 +259,9 @@ def _check_runners(
         for entry in sorted(group, key=lambda e: (e.min_rows, e.max_rows, e.index)):
             other = next((r for r in reach if r.runner != entry.runner), None)
             if other is not None and other.max_rows >= entry.min_rows:
-                later, earlier = (entry, other) if entry.index > other.index else (other, entry)
-                clashes.setdefault(later.index, (later, earlier))
+                pairs.append((entry, other))
             mine = [r for r in reach if r.runner == entry.runner]
             if not mine or entry.max_rows > mine[0].max_rows:
                 reach = [entry, *(r for r in reach if r.runner != entry.runner)]
             reach = sorted(reach, key=lambda r: -r.max_rows)[:2]
-    for index in sorted(clashes):
-        entry, other = clashes[index]
-        what = f"rows {entry.rows_text} overlap" if entry.shapes.has_rows else "repeats"
-        problems.append(
-            PinProblem(
-                source,
-                f"[[{section}]] #{entry.index}",
-                "runner",
-                entry.runner,
-                f"{what} entry #{other.index}'s key with another runner ({other.describe()}): "
-                "FlashInfer's tuner keeps one winning runner per bucket, so a table pins one "
-                "runner there",
-            )
-        )
+    return pairs
