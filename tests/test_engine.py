@@ -305,6 +305,8 @@ def test_a_pin_the_runner_does_not_offer_gives_the_stock_list_and_one_error(
 
 
 def _gone_runner_table(on_invalid: str) -> PinTable:
+    """A table chosen on FlashInfer 0.7.3 whose second entry names a runner this release lacks
+    (for another weight than the first's: a table pins one runner per bucket)."""
     ok = {
         "op": toy_op.OP,
         "runner": "ToySplitRunner",
@@ -312,26 +314,35 @@ def _gone_runner_table(on_invalid: str) -> PinTable:
         "max_rows": 8,
         "tactic": 2,
     }
-    gone = {**ok, "runner": "RunnerRemovedInThisRelease"}
+    gone = {**ok, "runner": "RunnerRemovedInThisRelease", "shapes": [["rows", 64], [64, 48]]}
     return PinTable.from_mapping(
         {
             "meta": {"device": "*", "flashinfer": "==0.7.3", "on_invalid": on_invalid},
-            "pin": [ok, gone],
+            "pin": [ok, {**gone, "min_rows": 2}],
         },
         source="lock.toml",
     )
 
 
+GONE_KEY = (
+    f"op '{toy_op.OP}' runner RunnerRemovedInThisRelease shapes [[\"rows\",64],[64,48]] rows 2..8"
+)
+"""How the listing names the invalid entry's key: its op, runner, shapes and rows."""
+
+
 def test_an_upgraded_release_refuses_a_table_naming_a_runner_it_lacks(engine, monkeypatch):
     toy_op.start(monkeypatch, 11)
     toy_op.runners()
+    table = _gone_runner_table("refuse")  # it loads: the release's check refuses it
     with pytest.raises(PinTableError) as refused:
-        with fi_patches.pinned_tactics(_gone_runner_table("refuse")):
+        with fi_patches.pinned_tactics(table):
             pytest.fail("a refused table must not be entered")
     text = str(refused.value)
     assert (
-        "[[pin]] #2" in text and "RunnerRemovedInThisRelease" in text and "[[pin]] #1" not in text
+        'lock.toml: [[pin]] #2: runner = "RunnerRemovedInThisRelease": is not a runner class'
+        in text
     )
+    assert f"(its key: {GONE_KEY})" in text and "[[pin]] #1" not in text
 
 
 def test_on_invalid_tune_applies_the_rest_and_warns_once(engine, monkeypatch, caplog):
@@ -343,7 +354,8 @@ def test_on_invalid_tune_applies_the_rest_and_warns_once(engine, monkeypatch, ca
             assert active is not None and len(active.entries("pin")) == 1
             assert split.get_valid_tactics([x, w], None) == [2]
     warned = [r.getMessage() for r in caplog.records if "on_invalid = 'tune'" in r.getMessage()]
-    assert len(warned) == 1 and "RunnerRemovedInThisRelease" in warned[0]
+    assert len(warned) == 1 and '[[pin]] #2: runner = "RunnerRemovedInThisRelease"' in warned[0]
+    assert f"(its key: {GONE_KEY})" in warned[0]
 
 
 def test_a_runner_whose_extras_raise_gets_flashinfers_own_answers(engine, monkeypatch, caplog):

@@ -21,6 +21,7 @@ from fi_patches.pins.keys import TunerKey, as_tactic, parse_file_key
 from fi_patches.pins.merge import merge as merge_caches
 from fi_patches.pins.record import Tuned, TunerCacheError, from_v1_file
 from fi_patches.pins.toml_writer import dumps
+from fi_patches.pins.tuner_pin import runner_overlaps
 
 pytestmark = pytest.mark.release_independent  # files and the index alone: no FlashInfer call
 
@@ -122,6 +123,31 @@ def test_overlapping_keys_are_refused_with_both_entries_named():
     assert "[[pin]] #2" in str(refused.value) and "entry #1" in str(refused.value)
 
 
+def test_two_runners_a_table_pins_for_one_bucket_are_found_among_thousands_in_bounded_time():
+    """8,000 entries of one op and shapes, three runners taking turns (each entry with extras of
+    its own): ``pins diff`` finds the runners a table pins for one bucket in one sweep, not pair
+    by pair."""
+    entries = [
+        {
+            "op": "o",
+            "runner": f"Runner{i % 3}",
+            "shapes": [["rows", 64], [64, 128]],
+            "min_rows": 2 * i + 1,
+            "max_rows": 2 * i + 2,
+            "extras": f"({i},)",
+            "tactic": i,
+        }
+        for i in range(8000)
+    ]
+    meta = {"device": "*", "flashinfer": ""}
+    table = PinTable.from_mapping({"meta": meta, "pin": entries})
+    assert _bounded(lambda: runner_overlaps(table.entries("pin"))) == []
+    clash = {**entries[10], "runner": "Runner9", "min_rows": 14000, "max_rows": 14001}
+    both = PinTable.from_mapping({"meta": meta, "pin": [*entries, clash]}).entries("pin")
+    pairs = _bounded(lambda: runner_overlaps(both))
+    assert sorted((a.index, b.index) for a, b in pairs) == [(7001, 8001), (8001, 7000)]
+
+
 @given(st.text(max_size=400))
 def test_any_text_is_a_file_key_or_none(text):
     found = _bounded(lambda: parse_file_key(text))
@@ -157,25 +183,77 @@ def test_a_damaged_cache_reads_as_entries_or_one_error(tmp_path_factory, data, t
     assert all(isinstance(e, Tuned) and e.key.runner == "R" for e in entries)
 
 
-keys = st.builds(
-    lambda op, rows: TunerKey(op, "R", ((rows, 64), (64, 32)), "()"),
-    st.sampled_from(["a", "b"]),
-    st.sampled_from([1, 2, 4, 8]),
+EXTRAS = {"R": "()", "S": "(torch.float32,)"}
+"""Each runner's extras: FlashInfer files a winner under the winning runner's own key."""
+
+buckets = st.tuples(st.sampled_from(["a", "b"]), st.sampled_from([1, 2, 4, 8]))
+choices = st.tuples(st.sampled_from(sorted(EXTRAS)), st.integers(0, 3))
+
+
+def _tuned(bucket: tuple[str, int], choice: tuple[str, int]) -> Tuned:
+    (op, rows), (runner, tactic) = bucket, choice
+    return Tuned(TunerKey(op, runner, ((rows, 64), (64, 32)), EXTRAS[runner]), tactic)
+
+
+@given(
+    st.lists(
+        st.dictionaries(buckets, st.lists(choices, min_size=1, max_size=2), max_size=8),
+        min_size=2,
+        max_size=5,
+    )
 )
-
-
-@given(st.lists(st.lists(st.tuples(keys, st.integers(0, 3)), max_size=8), min_size=2, max_size=5))
 def test_merging_caches_that_disagree_does_not_depend_on_their_order(runs):
+    """Caches whose winners differ in runner or tactic, some holding a winner of each runner for
+    one bucket (the op called per backend): one winner per bucket and lane (a runner tuned apart
+    has its own), every bucket with two choices reported with the caches behind each, whatever
+    their order."""
     sources = [
-        (f"rank{i}", [Tuned(k, t) for k, t in dict(run).items()]) for i, run in enumerate(runs)
+        (f"rank{i}", [_tuned(b, c) for b, won in run.items() for c in won])
+        for i, run in enumerate(runs)
     ]
     forward, votes, count = merge_caches(sources, lambda key: None)
     backward, votes_back, count_back = merge_caches(list(reversed(sources)), lambda key: None)
     assert [(e.key, e.tactic) for e in forward] == [(e.key, e.tactic) for e in backward]
-    assert (
-        count == count_back == len({k for _, entries in sources for k in (e.key for e in entries)})
-    )
-    assert sorted(v.key.file_key for v in votes) == sorted(v.key.file_key for v in votes_back)
+    apart = {
+        (op, runner)
+        for run in runs
+        for (op, _), won in run.items()
+        if len({r for r, _ in won}) > 1
+        for runner, _ in won
+    }
+    made: dict[tuple[str, int, str], dict[tuple[str, int], set[str]]] = {}
+    for i, run in enumerate(runs):
+        for (op, rows), won in run.items():
+            for runner, tactic in won:
+                lane = runner if (op, runner) in apart else ""
+                made.setdefault((op, rows, lane), {}).setdefault((runner, tactic), set()).add(
+                    f"rank{i}"
+                )
+
+    def lane_of(op: str, rows: int, runner: str) -> tuple[str, int, str]:
+        return op, rows, runner if (op, runner) in apart else ""
+
+    assert count == count_back == len(made)
+    decided = sorted(lane_of(e.key.op, e.key.profile[0][0], e.key.runner) for e in forward)
+    assert decided == sorted(made)  # one winner each
+    for e in forward:
+        chosen = made[lane_of(e.key.op, e.key.profile[0][0], e.key.runner)]
+        top = max(len(labels) for labels in chosen.values())
+        assert len(chosen.get((e.key.runner, e.tactic), ())) == top  # a majority choice
+        assert e.key.extras == EXTRAS[e.key.runner]
+    disagreed = {d for d, chosen in made.items() if len(chosen) > 1}
+    lanes = [lane_of(v.key.op, v.key.profile[0][0], v.key.runner) for v in votes]
+    assert sorted(lanes) == sorted(disagreed)
+    for vote, lane in zip(votes, lanes, strict=True):
+        assert vote.decision == (lane[0], vote.key.profile, lane[2])
+        said = {(c.runner, c.tactic): set(labels) for c, labels in vote.choices}
+        assert said == made[lane]
+        assert (vote.chosen.runner, vote.chosen.tactic) == (vote.key.runner, vote.tuned.tactic)
+
+    def normal(found: list[Any]) -> list[Any]:
+        return [(v.key, v.chosen, v.rule, {c: set(ls) for c, ls in v.choices}) for v in found]
+
+    assert normal(votes) == normal(votes_back)
 
 
 def test_a_lockfile_of_thousands_of_entries_loads_and_indexes(tmp_path: Path):

@@ -65,29 +65,26 @@ def sglang_cache(engine, monkeypatch, tmp_path) -> tuple[Path, Path, dict[int, d
     return root, here, chosen
 
 
-def by_key(chosen: dict) -> dict[tuple[int, int, str], Any]:
-    """``(n, bucket, runner) -> tactic``: FlashInfer keys its cache by the runner too."""
-    return {(n, bucket, runner): tactic for (n, bucket), (runner, tactic) in chosen.items()}
-
-
 def keys_and_conflicts(chosen: dict[int, dict]) -> tuple[set, set, set]:
-    """Every key of the ranks; those that ranks tuned with different tactics; those on which
-    some rank differs or has no entry."""
-    ranks = [by_key(c) for c in chosen.values()]
+    """Every bucket ``(n, rows)`` of the ranks; those on which ranks chose different runners or
+    tactics (FlashInfer keeps one winning runner per bucket); those on which some rank differs
+    or has no entry."""
+    ranks = list(chosen.values())
     keys = set().union(*ranks)
-    tactics = {k: [r[k] for r in ranks if k in r] for k in keys}
-    conflicts = {k for k, t in tactics.items() if len({repr(x) for x in t}) > 1}
-    partial = conflicts | {k for k in keys if len(tactics[k]) < len(ranks)}
+    won = {k: [r[k] for r in ranks if k in r] for k in keys}
+    conflicts = {k for k, w in won.items() if len({repr(x) for x in w}) > 1}
+    partial = conflicts | {k for k in keys if len(won[k]) < len(ranks)}
     return keys, conflicts, partial
 
 
-def pinned(table: PinTable, n: int, bucket: int, runner: str) -> Any:
+def pinned(table: PinTable, n: int, bucket: int) -> tuple[str, Any]:
+    """The one ``(runner, tactic)`` the table pins for a bucket, whichever runner it is."""
     found = [
-        p.tactic
+        (p.runner, p.tactic)
         for p in table.entries("pin")
-        if p.runner == runner and p.shapes.dims[1][1] == n and p.min_rows <= bucket <= p.max_rows
+        if p.shapes.dims[1][1] == n and p.min_rows <= bucket <= p.max_rows
     ]
-    assert len(found) == 1, (n, bucket, runner, found)
+    assert len(found) == 1, (n, bucket, found)
     return found[0]
 
 
@@ -113,8 +110,8 @@ def test_record_merges_the_rank_files_and_names_the_ranks_that_disagree(
         assert line.rstrip().endswith("(majority)"), line
         assert "from rank_tp2_pp0_dp0.json" in line
     table = PinTable.from_file(out)
-    for (n, bucket, runner), tactic in by_key(chosen[0]).items():  # the majority, ranks 0 and 1
-        assert pinned(table, n, bucket, runner) == as_tactic(tactic)
+    for (n, bucket), (runner, tactic) in chosen[0].items():  # the majority, ranks 0 and 1
+        assert pinned(table, n, bucket) == (runner, as_tactic(tactic))
     assert table.meta.source == f"recorded from {here} (3 SGLang rank files)"
     entries, _ = read_cache(here / "rank_tp2_pp0_dp0.json")  # the file is FlashInfer's own form
     assert len(entries) == len(chosen[2])

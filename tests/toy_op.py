@@ -99,11 +99,14 @@ def _config(spec: Any, cfg: Any) -> Any:
     return _CONFIG[0]
 
 
-def toy_mm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """The op: FlashInfer's tuner chooses a runner and tactic, and that runner runs it."""
+def toy_mm(x: torch.Tensor, w: torch.Tensor, backend: int | None = None) -> torch.Tensor:
+    """The op: FlashInfer's tuner chooses a runner and tactic, and that runner runs it. A
+    ``backend`` (0: tile, 1: split) offers that runner alone, as FlashInfer's GEMMs called with
+    a ``backend`` argument do."""
     from flashinfer.autotuner import AutoTuner
 
-    runner, tactic = AutoTuner.get().choose_one(OP, runners(), config(), [x, w])
+    offered = runners() if backend is None else runners()[backend : backend + 1]
+    runner, tactic = AutoTuner.get().choose_one(OP, offered, config(), [x, w])
     return runner(inputs=[x, w], tactic=tactic)
 
 
@@ -111,11 +114,13 @@ def operands(rows: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.randn(rows, K), torch.randn(K, n)
 
 
-def warm_up(rows_list: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)) -> None:
+def warm_up(
+    rows_list: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64), backend: int | None = None
+) -> None:
     """What a server's warm-up does: every weight at every row count, once."""
     for n in WEIGHTS:
         for rows in rows_list:
-            toy_mm(*operands(rows, n))
+            toy_mm(*operands(rows, n), backend=backend)
 
 
 @dataclass
@@ -158,6 +163,19 @@ def chosen(op: str = OP) -> dict[tuple[Any, ...], tuple[str, Any]]:
         if key.custom_op == op:
             profile = key.nearest_profile
             found[(int(profile[1][1]), int(profile[0][0]))] = (key.runner_class_name, value[0])
+    return found
+
+
+def winners(op: str = OP) -> dict[tuple[int, int, str], Any]:
+    """The tuner's cached winners of ``op`` per runner: ``(n, bucket, runner class) -> tactic``
+    (a bucket has one per runner where the op is called per ``backend``)."""
+    from flashinfer.autotuner import AutoTuner
+
+    found = {}
+    for key, value in AutoTuner.get().profiling_cache.items():
+        if key.custom_op == op:
+            profile = key.nearest_profile
+            found[(int(profile[1][1]), int(profile[0][0]), key.runner_class_name)] = value[0]
     return found
 
 

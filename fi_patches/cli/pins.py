@@ -24,9 +24,9 @@ def register(commands: Any) -> None:
         action="append",
         required=True,
         metavar="CACHE",
-        help="v1 JSON file, v2 store directory, or a vLLM or SGLang cache directory (an "
-        "SGLang one: its rank files of the installed FlashInfer and --device); repeat to merge "
-        "several (one per rank, or several restarts): per bucket the majority wins, then the "
+        help="v1 JSON file, v2 store directory, or a vLLM or SGLang cache directory (its "
+        "files of the installed FlashInfer and --device); repeat to merge several (one per "
+        "rank, or several restarts): per bucket the majority runner and tactic wins, then the "
         "runner's enumerator order",
     )
     record.add_argument("--out", help="write the table here (.toml or .json); default: stdout")
@@ -45,7 +45,8 @@ def register(commands: Any) -> None:
         help="two or more; a vLLM or SGLang cache directory stands for its files",
     )
     diff.add_argument(
-        "--device", help="the arch of an SGLang directory's rank files (default: this one)"
+        "--device",
+        help="the arch of a vLLM or SGLang cache directory's files (default: this one)",
     )
     diff.set_defaults(run=run_diff)
     check = verbs.add_parser(
@@ -154,10 +155,13 @@ def run_record(args: argparse.Namespace) -> int:
 
         def where(vote: Any) -> str:
             from fi_patches.pins.diff import from_entries
-            from fi_patches.pins.record import Tuned
+            from fi_patches.pins.tuner_pin import SECTION
 
-            found = from_entries([Tuned(vote.key, vote.chosen)], bucket_of)
-            return bucket_label(next(iter(found.found)), bucket_of)
+            key = next(iter(from_entries([vote.tuned], bucket_of).found))
+            if key[0] == SECTION:  # a [[pin]] bucket: its lane, as pins diff labels it
+                op, profile, lane = vote.decision
+                key = (SECTION, op, profile, lane)
+            return bucket_label(key, bucket_of)
 
         note = provenance(paths, votes, keys, where) if len(paths) > 1 else ""
         version = next(iter(versions.values()), None) or installed_flashinfer().version_text
@@ -218,16 +222,17 @@ def run_record(args: argparse.Namespace) -> int:
 
 
 def _sources(inputs: list[str], device: str | None) -> tuple[list[Any], dict[str, str]]:
-    """The caches ``inputs`` stand for (an SGLang directory: its rank files of the installed
+    """The caches ``inputs`` stand for (a vLLM or SGLang directory: its files of the installed
     FlashInfer and ``device``)."""
     from fi_patches.compat.installed import installed_flashinfer
-    from fi_patches.pins.sglang_caches import expand
+    from fi_patches.pins.server_caches import expand
 
     return expand(inputs, installed_flashinfer().version_text, device)
 
 
 def _source_text(inputs: list[str], sources: list[Any], described: dict[str, str]) -> str:
-    """The table's ``[meta] source``: each input, an SGLang directory by its model key's."""
+    """The table's ``[meta] source``: each input, a server's cache directory by the directory
+    it resolved to."""
     if not described:
         return ", ".join(s.label for s in sources)
     parts = [described.get(text, text) for text in dict.fromkeys(inputs)]
@@ -268,8 +273,8 @@ def run_diff(args: argparse.Namespace) -> int:
 
 
 def _diff_device(requested: str | None) -> str | None:
-    """The arch SGLang directories are read for: ``--device``, else this machine's, else none
-    (then an SGLang cache directory is refused with the reason)."""
+    """The arch server cache directories are read for: ``--device``, else this machine's, else
+    none (then a vLLM or SGLang cache directory is refused with the reason)."""
     from fi_patches.pins.record import TunerCacheError
 
     if requested is None:

@@ -15,6 +15,7 @@ views the result as ``(*x.shape[:-1], N)``.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
@@ -147,6 +148,30 @@ ROUTE_INTERNALS: tuple[Declared, ...] = (
 
 INTERNALS: tuple[Declared, ...] = PLUGIN_INTERNALS + ROUTE_INTERNALS
 """Every vLLM internal fi_patches uses."""
+
+# --- the tuner cache layout ---------------------------------------------------------------------
+# Read from vLLM's ``model_executor/warmup/flashinfer_autotune_cache.py``: without
+# ``VLLM_FLASHINFER_AUTOTUNE_CACHE_DIR`` the file is ``$VLLM_CACHE_ROOT/flashinfer_autotune_cache/
+# <a>/<b>/<config hash>/autotune_configs.json``, where ``<a>/<b>`` are the last two parts of
+# FlashInfer's JIT workspace directory: its version, then its target archs (FlashInfer 0.7.4's
+# ``jit/env.py`` joins them by ``_``, each as the compute capability's digits with nvcc's suffix:
+# ``90a``, ``103a``, ``120f``).
+
+AUTOTUNE_CACHE_DIR = "flashinfer_autotune_cache"
+"""The directory under ``VLLM_CACHE_ROOT`` holding ``<FlashInfer version>/<archs>/``."""
+AUTOTUNE_FILE = "autotune_configs.json"
+"""The v1 tuner file in each ``<config hash>`` directory."""
+_ARCH_PART = re.compile(r"^(\d{2,3})[a-z]?$")
+
+
+def workspace_archs(name: str) -> tuple[str, ...]:
+    """The archs (``sm_103``) a FlashInfer workspace arch directory's name stands for: ``103a``
+    is ``("sm_103",)``, ``90a_100a`` both; () for a name of another form."""
+    parts = name.removeprefix("sm").lstrip("_").split("_")
+    found = [_ARCH_PART.match(part) for part in parts]
+    if not all(found):
+        return ()
+    return tuple(f"sm_{m.group(1)}" for m in found if m is not None)
 
 
 # --- accessors ----------------------------------------------------------------------------------

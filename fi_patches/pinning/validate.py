@@ -178,9 +178,10 @@ def check_pins(table: PinTable, *, thorough: bool = False) -> list[PinProblem]:
     """Problems of the ``[[pin]]`` entries against the installed FlashInfer: each entry's
     runner class and op must still exist (read from FlashInfer's sources, or a live runner
     class), checked for a table chosen on another release, or ``thorough`` (``pins check``):
-    entries recorded from this release's own tuner name what it has. Each tactic is checked
-    against the runner's own list for its key when the tuner first lists that key, entry by
-    entry (a runner lists tactics only for an op's real inputs)."""
+    entries recorded from this release's own tuner name what it has. Each problem names the
+    entry's key (op, runner, shapes, rows), so a listing of them says what is left unpinned.
+    Each tactic is checked against the runner's own list for its key when the tuner first lists
+    that key, entry by entry (a runner lists tactics only for an op's real inputs)."""
     from fi_patches.compat.installed import installed_flashinfer
     from fi_patches.internals.catalog import catalog
     from fi_patches.pins.tuner_pin import SECTION
@@ -196,6 +197,7 @@ def check_pins(table: PinTable, *, thorough: bool = False) -> list[PinProblem]:
     problems = []
     for entry in entries:
         where = f"[[{SECTION}]] #{entry.index}"
+        key = f"(its key: {entry.describe()})"
         if not found.runner_known(entry.runner):
             problems.append(
                 PinProblem(
@@ -203,7 +205,8 @@ def check_pins(table: PinTable, *, thorough: bool = False) -> list[PinProblem]:
                     where,
                     "runner",
                     entry.runner,
-                    "is not a runner class of the installed FlashInfer (nor of this process)",
+                    "is not a runner class of the installed FlashInfer (nor of this process) "
+                    + key,
                 )
             )
         elif entry.runner in found.classes and not found.op_known(entry.op):
@@ -213,7 +216,8 @@ def check_pins(table: PinTable, *, thorough: bool = False) -> list[PinProblem]:
                     where,
                     "op",
                     entry.op,
-                    f"is not an op the installed FlashInfer tunes (its {entry.runner} is there)",
+                    f"is not an op the installed FlashInfer tunes (its {entry.runner} is there) "
+                    + key,
                 )
             )
     return problems

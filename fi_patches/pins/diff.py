@@ -1,8 +1,12 @@
-"""``pins diff``: what several tuner caches or pin tables choose per tuner key, for every op,
-and where they differ. A section entry's row range counts once per FlashInfer bucket it covers
+"""``pins diff``: what several tuner caches or pin tables choose per bucket, for every op, and
+where they differ. A section entry's row range counts once per FlashInfer bucket it covers
 (a ``[[wide]]`` entry, and a wide runner's cache entry, by its activation tile); a ``[[pin]]``
-entry covers the cache keys its shapes and row range match, and, compared with other tables,
-its range's ends and the powers of two between them."""
+entry covers the op's buckets its shapes and row range match, and, compared with other tables,
+its range's ends and the powers of two between them. Outside the sections a bucket is the op
+and profile, and what is compared there is the runner and its tactic, as FlashInfer's tuner
+keeps one winning runner per bucket: caches whose winners are different runners differ on the
+same bucket. Runners tuned apart (one input holds winners of both for one bucket: the op called
+with a ``backend`` argument) are compared each on its own, as ``pins record`` merges them."""
 
 from __future__ import annotations
 
@@ -12,15 +16,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fi_patches.pins.keys import TunerKey, as_tactic, tactic_text
-from fi_patches.pins.record import Tuned, bucket_rows, read_cache, section_of
+from fi_patches.pins.keys import Profile, as_tactic, tactic_text
+from fi_patches.pins.record import (
+    Apart,
+    Tuned,
+    bucket_rows,
+    read_cache,
+    runners_apart,
+    section_of,
+)
 from fi_patches.pins.schema import LOW_LATENCY_MAX_ROWS
 from fi_patches.pins.table import PinTable
 from fi_patches.pins.tuner_pin import SECTION as PIN
-from fi_patches.pins.tuner_pin import TunerPin
+from fi_patches.pins.tuner_pin import TunerPin, runner_overlaps
 
 BucketKey = tuple[Any, ...]
-"""``(section, n, k, bucket)`` (for ``wide`` the last field is the tile), or ``("pin", key)``."""
+"""``(section, n, k, bucket)`` (for ``wide`` the last field is the tile), or
+``("pin", op, profile, runner)``: an input's own winner, or, compared, the lane it decides
+(the runner where it is tuned apart, else ``""``)."""
+
+
+@dataclass(frozen=True)
+class Won:
+    """A ``[[pin]]`` bucket's winner: the runner and its tactic."""
+
+    runner: str
+    tactic: Any
+
+    def text(self) -> str:
+        return f"{self.runner} {tactic_text(self.tactic)}"
 
 
 @dataclass
@@ -30,25 +54,37 @@ class Choices:
     found: dict[BucketKey, Any] = field(default_factory=dict)
     pins: list[TunerPin] = field(default_factory=list)
 
-    def get(self, key: BucketKey) -> Any:
-        if key in self.found:
-            return self.found[key]
-        if key[0] == PIN:
-            tuner_key: TunerKey = key[1]
-            for pin in self.pins:
-                if _covers(pin, tuner_key):
-                    return pin.tactic
+    def placements(self) -> list[tuple[str, Profile, str]]:
+        """``(op, profile, runner)`` of each ``[[pin]]`` winner of a cache."""
+        return [(k[1], k[2], k[3]) for k in self.found if k[0] == PIN]
+
+    def lanes(self, apart: Apart) -> dict[BucketKey, Any]:
+        """``found`` with each ``[[pin]]`` winner under the lane it decides."""
+        return {_lane(k, apart): v for k, v in self.found.items()}
+
+    def covering(self, key: BucketKey, apart: Apart) -> Any:
+        """What this input's ``[[pin]]`` entries pin for the lane ``key``, or None."""
+        _, op, profile, lane = key
+        for pin in self.pins:
+            mine = pin.runner in apart.get(op, ())
+            if (pin.runner == lane if lane else not mine) and _covers(pin, op, profile):
+                return Won(pin.runner, pin.tactic)
         return None
 
 
-def _covers(pin: TunerPin, key: TunerKey) -> bool:
-    if pin.op != key.op or pin.runner != key.runner:
+def _lane(key: BucketKey, apart: Apart) -> BucketKey:
+    """A ``[[pin]]`` key under its lane: its runner where tuned apart, else ``""``."""
+    if key[0] != PIN:
+        return key
+    _, op, profile, runner = key
+    return PIN, op, profile, runner if runner in apart.get(op, ()) else ""
+
+
+def _covers(pin: TunerPin, op: str, profile: Profile) -> bool:
+    """Whether ``pin`` pins the bucket ``profile`` of ``op``."""
+    if pin.op != op or pin.shapes.masked(profile) != pin.shapes.fixed():
         return False
-    if pin.extras is not None and pin.extras != key.extras:
-        return False
-    if pin.shapes.masked(key.profile) != pin.shapes.fixed():
-        return False
-    rows = pin.shapes.rows_of(key.profile)
+    rows = pin.shapes.rows_of(profile)
     return rows is not None and pin.covers(rows)
 
 
@@ -59,7 +95,7 @@ def from_entries(entries: Iterable[Tuned], bucket_of: Callable[[int], int] | Non
         section = section_of(e.key) if bucket_of is not None else None
         tactic = as_tactic(e.tactic)
         if section is None:
-            found.found[(PIN, e.key)] = tactic
+            found.found[(PIN, e.key.op, e.key.profile, e.key.runner)] = Won(e.key.runner, tactic)
         elif section.section == "wide":
             found.found[("wide", section.n, section.k, int(tactic[0]))] = tactic[1:]
         elif section.section != "low_latency" or section.bucket <= LOW_LATENCY_MAX_ROWS:
@@ -67,8 +103,8 @@ def from_entries(entries: Iterable[Tuned], bucket_of: Callable[[int], int] | Non
     return found
 
 
-def _pin_keys(pin: TunerPin) -> list[TunerKey]:
-    """Concrete keys standing for a ``[[pin]]`` entry where no cache names them."""
+def _pin_keys(pin: TunerPin) -> list[BucketKey]:
+    """Concrete buckets standing for a ``[[pin]]`` entry where no cache names them."""
     if not pin.shapes.has_rows:
         values = [0]
     else:
@@ -83,7 +119,7 @@ def _pin_keys(pin: TunerPin) -> list[TunerKey]:
             tuple(value if d == "rows" else (-1 if d == "*" else int(d)) for d in shape)
             for shape in pin.shapes.dims
         )
-        keys.append(TunerKey(pin.op, pin.runner, profile, pin.extras or "*"))
+        keys.append((PIN, pin.op, profile, pin.runner))
     return keys
 
 
@@ -138,15 +174,25 @@ class BucketDiff:
 
 
 def differing(choices: Sequence[Choices]) -> tuple[list[BucketDiff], int]:
-    """The keys whose tactic is not the same in every input (an input without the key differs
-    too), and the number of keys in any input."""
-    keys = {key for found in choices for key in found.found}
+    """The keys whose tactic (and runner) is not the same in every input (an input without the
+    key differs too), and the number of keys in any input. Runners tuned apart in any input
+    (:func:`~fi_patches.pins.record.runners_apart`; in a table, two runners pinning one bucket)
+    are compared each on its own; other runners of an op are one lane per bucket."""
+    apart = runners_apart(found.placements() for found in choices)
+    for found in choices:
+        for first, second in runner_overlaps(found.pins):
+            apart.setdefault(first.op, set()).update((first.runner, second.runner))
+    own = [found.lanes(apart) for found in choices]
+    keys = {key for found in own for key in found}
     if not any(k[0] == PIN for k in keys):
-        keys |= {(PIN, k) for found in choices for pin in found.pins for k in _pin_keys(pin)}
+        keys |= {_lane(k, apart) for found in choices for pin in found.pins for k in _pin_keys(pin)}
     ordered = sorted(keys, key=repr)
     diffs = []
     for key in ordered:
-        values = tuple(found.get(key) for found in choices)
+        values = tuple(
+            mine[key] if key in mine else found.covering(key, apart) if key[0] == PIN else None
+            for found, mine in zip(choices, own, strict=True)
+        )
         if len({repr(v) for v in values}) > 1:
             diffs.append(BucketDiff(key, values))
     return diffs, len(ordered)
@@ -154,10 +200,10 @@ def differing(choices: Sequence[Choices]) -> tuple[list[BucketDiff], int]:
 
 def bucket_label(key: BucketKey, bucket_of: Callable[[int], int] | None) -> str:
     """``low_latency 7168x1536 rows 5..8``, ``wide 7168x1536 tile 16``, or a ``[[pin]]``
-    key as ``op runner profile``."""
+    bucket as ``op profile`` (then its runner, where it is tuned apart)."""
     if key[0] == PIN:
-        tuner_key: TunerKey = key[1]
-        return f"{tuner_key.op} {tuner_key.runner} {list(map(list, tuner_key.profile))}"
+        _, op, profile, lane = key
+        return f"{op} {list(map(list, profile))}" + (f" {lane}" if lane else "")
     section, n, k, bucket = key
     if section == "wide":
         return f"wide {n}x{k} tile {bucket}"
@@ -167,4 +213,7 @@ def bucket_label(key: BucketKey, bucket_of: Callable[[int], int] | None) -> str:
 
 
 def value_text(value: Any) -> str:
+    """A cell of the diff: ``-`` for no entry, ``runner tactic`` for a ``[[pin]]`` bucket."""
+    if isinstance(value, Won):
+        return value.text()
     return "-" if value is None else tactic_text(value)

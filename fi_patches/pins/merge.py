@@ -1,16 +1,24 @@
 """Merge the winners of several FlashInfer tuner caches (one per rank, or several restarts)
-into one winner per tuner key, for ``pins record --from A --from B ...``, for every op.
+into one winner per bucket, for ``pins record --from A --from B ...``, for every op.
 
-The rule, per key, over the caches that tuned that key:
+FlashInfer's tuner keeps one winner per op and bucketed profile, filed under the winning
+runner's key (its class and extras). So the decision the caches vote on is the op and profile
+(:func:`~fi_patches.pins.record.decision_of`), and what each cache votes for is a
+:class:`Choice`: the runner, its extras and its tactic. Two caches whose winners are different
+runners disagree on that bucket, as two that chose different tactics of one runner do. Runners
+that one cache holds winners of for one bucket were tuned by separate calls (an op called with a
+``backend`` argument), and the MXFP8 sections pin each of their runners on its own: each such
+runner's buckets are voted on apart. The rule, per bucket, over the caches that tuned it:
 
-1. every cache chose the same tactic: that tactic;
-2. otherwise the tactic most caches chose (the majority);
-3. a tie goes to the tied tactic that comes first in the runner's own enumerator order, where
-   fi_patches can list it: FlashInfer's ``autotune_tactics`` for the low-latency runner, the
-   cute-dsl runner's ``get_valid_tactics`` (it needs the device's SM count, so off the device
-   this step is skipped), fi_patches' own ``wide_tactics`` for the wide runner. That is the order
-   FlashInfer would try them in;
-4. still tied: the tactic whose JSON text sorts first.
+1. every cache chose the same runner and tactic: that choice;
+2. otherwise the choice most caches made (the majority);
+3. a tie between tactics of one runner goes to the tied tactic that comes first in that
+   runner's own enumerator order, where fi_patches can list it: FlashInfer's
+   ``autotune_tactics`` for the low-latency runner, the cute-dsl runner's ``get_valid_tactics``
+   (it needs the device's SM count, so off the device this step is skipped), fi_patches' own
+   ``wide_tactics`` for the wide runner. That is the order FlashInfer would try them in;
+4. still tied (or tied between runners): the runner whose name sorts first, then its extras'
+   text, then the tactic whose JSON text sorts first.
 
 The outcome depends only on the caches' contents, never on the order of ``--from``.
 """
@@ -23,7 +31,7 @@ from typing import Any
 
 from fi_patches.internals import flashinfer as fi
 from fi_patches.pins.keys import TunerKey, as_tactic, tactic_text
-from fi_patches.pins.record import Tuned, section_of
+from fi_patches.pins.record import Decision, Tuned, decision_of, runners_apart, section_of
 from fi_patches.wide.runner import CLASS_NAME as WIDE_CLASS
 
 LOW_LATENCY_CLASS = fi.LOW_LATENCY_RUNNER.builds
@@ -39,64 +47,117 @@ TEXT = "text order"
 
 
 @dataclass(frozen=True)
-class Vote:
-    """A key on which the caches disagreed, and how it was decided."""
+class Choice:
+    """What one cache chose for a bucket: the winning runner, its extras and its tactic."""
 
+    runner: str
+    extras: str
+    tactic: Any
+
+    @staticmethod
+    def of(entry: Tuned) -> Choice:
+        return Choice(entry.key.runner, entry.key.extras, as_tactic(entry.tactic))
+
+    def order(self) -> tuple[str, str, str]:
+        """The text order of rule 4."""
+        return self.runner, self.extras, tactic_text(self.tactic)
+
+
+@dataclass(frozen=True)
+class Vote:
+    """A bucket on which the caches disagreed, and how it was decided."""
+
+    decision: Decision
+    """The bucket: op, profile and lane (see :func:`~fi_patches.pins.record.decision_of`)."""
     key: TunerKey
-    choices: tuple[tuple[Any, tuple[str, ...]], ...]
-    """Each tactic and the caches that chose it, most chosen first."""
-    chosen: Any
+    """The chosen runner's key for the bucket."""
+    choices: tuple[tuple[Choice, tuple[str, ...]], ...]
+    """Each choice and the caches that made it, most made first."""
+    chosen: Choice
     rule: str
 
+    @property
+    def tuned(self) -> Tuned:
+        """The winner, as a cache entry."""
+        return Tuned(self.key, self.chosen.tactic)
+
+    @property
+    def runners_differ(self) -> bool:
+        """Whether the caches chose different runners (or extras) for the bucket."""
+        return len({(c.runner, c.extras) for c, _ in self.choices}) > 1
+
+    def _text(self, choice: Choice) -> str:
+        if not self.runners_differ:
+            return tactic_text(choice.tactic)
+        extras = len({c.extras for c, _ in self.choices if c.runner == choice.runner}) > 1
+        runner = f"{choice.runner} {choice.extras}" if extras else choice.runner
+        return f"{runner} {tactic_text(choice.tactic)}"
+
     def describe(self, where: str) -> str:
-        """``where: [..] from a, b; [..] from c -> [..] (majority)``."""
-        parts = [f"{tactic_text(t)} from {', '.join(labels)}" for t, labels in self.choices]
-        return f"{where}: {'; '.join(parts)} -> {tactic_text(self.chosen)} ({self.rule})"
+        """``where: [..] from a, b; [..] from c -> [..] (majority)``, each choice led by its
+        runner where the caches chose different runners."""
+        parts = [f"{self._text(c)} from {', '.join(labels)}" for c, labels in self.choices]
+        return f"{where}: {'; '.join(parts)} -> {self._text(self.chosen)} ({self.rule})"
 
 
-def _decide(key: TunerKey, votes: dict[Any, list[str]], order: TieOrder) -> tuple[Any, str]:
+def _decide(
+    bucket: Decision, votes: dict[Choice, list[str]], order: TieOrder
+) -> tuple[Choice, str]:
     top = max(len(labels) for labels in votes.values())
-    leaders = [t for t, labels in votes.items() if len(labels) == top]
+    leaders = [c for c, labels in votes.items() if len(labels) == top]
     if len(leaders) == 1:
         return leaders[0], MAJORITY
-    try:
-        listed = order(key)
-    except Exception:
-        listed = None
-    if listed:
-        position: dict[Any, int] = {}
-        for index, tactic in enumerate(listed):
-            position.setdefault(as_tactic(tactic), index)
-        ranked = [t for t in leaders if t in position]
-        if ranked:
-            return min(ranked, key=position.__getitem__), ENUMERATOR
-    return min(leaders, key=tactic_text), TEXT
+    runners = {(c.runner, c.extras) for c in leaders}
+    if len(runners) == 1:
+        runner, extras = runners.pop()
+        try:
+            listed = order(TunerKey(bucket[0], runner, bucket[1], extras))
+        except Exception:
+            listed = None
+        if listed:
+            position: dict[Any, int] = {}
+            for index, tactic in enumerate(listed):
+                position.setdefault(as_tactic(tactic), index)
+            ranked = [c for c in leaders if c.tactic in position]
+            if ranked:
+                return min(ranked, key=lambda c: position[c.tactic]), ENUMERATOR
+    return min(leaders, key=Choice.order), TEXT
 
 
 def merge(
     sources: Sequence[tuple[str, Sequence[Tuned]]], order: TieOrder
 ) -> tuple[list[Tuned], list[Vote], int]:
-    """One entry per key over ``(label, entries)`` sources, the keys they disagreed on, and the
-    number of keys."""
-    by_key: dict[TunerKey, dict[Any, list[str]]] = {}
+    """One winner per bucket (:func:`~fi_patches.pins.record.decision_of`) over
+    ``(label, entries)`` sources, the buckets they disagreed on (runner or tactic), and the
+    number of buckets."""
+    apart = runners_apart(
+        [(e.key.op, e.key.profile, e.key.runner) for e in entries] for _, entries in sources
+    )
+    by_bucket: dict[Decision, dict[Choice, list[str]]] = {}
     for label, entries in sources:
         for e in entries:
-            chosen = by_key.setdefault(e.key, {})
-            labels = chosen.setdefault(as_tactic(e.tactic), [])
+            chosen = by_bucket.setdefault(decision_of(e.key, apart), {})
+            labels = chosen.setdefault(Choice.of(e), [])
             if label not in labels:
                 labels.append(label)
     merged: list[Tuned] = []
     votes: list[Vote] = []
-    for key in sorted(by_key, key=lambda k: k.file_key):
-        choices = by_key[key]
+    for bucket, choices in by_bucket.items():
+        op, profile, _ = bucket
+        rule = ""
         if len(choices) == 1:
-            tactic = next(iter(choices))
+            choice = next(iter(choices))
         else:
-            tactic, rule = _decide(key, choices, order)
-            ranked = sorted(choices.items(), key=lambda item: (-len(item[1]), tactic_text(item[0])))
-            votes.append(Vote(key, tuple((t, tuple(labels)) for t, labels in ranked), tactic, rule))
-        merged.append(Tuned(key, tactic))
-    return merged, votes, len(by_key)
+            choice, rule = _decide(bucket, choices, order)
+        key = TunerKey(op, choice.runner, profile, choice.extras)
+        if rule:
+            ranked = sorted(choices.items(), key=lambda item: (-len(item[1]), item[0].order()))
+            ranking = tuple((c, tuple(labels)) for c, labels in ranked)
+            votes.append(Vote(bucket, key, ranking, choice, rule))
+        merged.append(Tuned(key, choice.tactic))
+    merged.sort(key=lambda e: decision_of(e.key, apart))
+    votes.sort(key=lambda v: v.decision)
+    return merged, votes, len(by_bucket)
 
 
 def runner_order(sm_version: int) -> TieOrder:

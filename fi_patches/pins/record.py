@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fi_patches.internals import vllm as vllm_layout
 from fi_patches.pins.errors import PinTableError
 from fi_patches.pins.files import read_data_file
 from fi_patches.pins.keys import (
@@ -71,6 +72,46 @@ def section_of(key: TunerKey) -> SectionKey | None:
                 return None
             return SectionKey(spec.section, int(n), int(k), int(rows))
     return None
+
+
+Decision = tuple[str, Profile, str]
+"""``(op, profile, lane)``: one winner of FlashInfer's tuner (see :func:`decision_of`)."""
+
+Apart = dict[str, set[str]]
+"""Per op, the runners tuned apart (see :func:`runners_apart`)."""
+
+
+def runners_apart(sources: Iterable[Iterable[tuple[str, Profile, str]]]) -> Apart:
+    """Per op, the runners that one source holds winners of for one profile (each source given
+    as its winners' ``(op, profile, runner)``). FlashInfer's tuner keeps one winner per call, so
+    two winners of one bucket in one cache come from calls that each offered one of them (an op
+    called with a ``backend`` argument, as ``mm_bf16`` and ``bmm_fp8`` are): those runners are
+    tuned apart, and each keeps its own buckets."""
+    apart: Apart = {}
+    for placed in sources:
+        seen: dict[tuple[str, Profile], set[str]] = {}
+        for op, profile, runner in placed:
+            seen.setdefault((op, profile), set()).add(runner)
+        for (op, _), runners in seen.items():
+            if len(runners) > 1:
+                apart.setdefault(op, set()).update(runners)
+    return apart
+
+
+def decision_of(key: TunerKey, apart: Apart | None = None) -> Decision:
+    """What a cached winner decides. FlashInfer's tuner keeps one winning runner per op and
+    bucketed profile, so runners of one op that won the same profile in two caches are two
+    answers to one decision (lane ``""``). A runner tuned apart (``apart``) decides its own
+    buckets, as do the runners the MXFP8 sections pin each on its own (with the runners they
+    silence, by section)."""
+    from fi_patches.pinning.sections import SPECIALIZATIONS
+
+    for spec in SPECIALIZATIONS:
+        if key.op in spec.recorded_ops and key.runner in (*spec.runners, *spec.silences):
+            return key.op, key.profile, spec.section
+    if apart and key.runner in apart.get(key.op, ()):
+        return key.op, key.profile, key.runner
+    return key.op, key.profile, ""
 
 
 MAX_CACHE_BYTES = 1 << 28
@@ -167,15 +208,15 @@ def from_tuner(tuner: Any = None) -> list[Tuned]:
     return entries
 
 
-VLLM_FILES = "*/autotune_configs.json"
+VLLM_FILES = f"*/{vllm_layout.AUTOTUNE_FILE}"
 """vLLM's v1 files under its cache directory: ``<dir>/<config hash>/autotune_configs.json``."""
 
 SGLANG_FILES = "rank_tp*_pp*_dp*.json"
 """SGLang's per-rank v1 files in its cache directory."""
 
 LAYOUTS = (
-    "a v2 store (manifest.json, entries/), vLLM's <hash>/autotune_configs.json or SGLang's "
-    "rank_tp*_pp*_dp*.json"
+    "a v2 store (manifest.json, entries/), vLLM's flashinfer_autotune_cache tree or its "
+    "<hash>/autotune_configs.json, or SGLang's rank_tp*_pp*_dp*.json"
 )
 """The directory layouts a cache directory may have, for messages."""
 

@@ -239,3 +239,29 @@ def check_pins(
                 break
         seen.setdefault(key, []).append(entry)
     return entries
+
+
+def runner_overlaps(entries: Sequence[TunerPin]) -> list[tuple[TunerPin, TunerPin]]:
+    """Pairs of entries that pin two runners of one op for the same shapes and overlapping rows
+    (whatever their extras): one pair for each entry that overlaps an earlier one in row order,
+    the later entry first. A table holds them where the op is called with one runner at a time
+    (a ``backend`` argument); a call offering both tunes both pins. Entries of one op and shapes
+    are swept in row order, so thousands of them cost ``n log n``."""
+    by_shapes: dict[tuple[str, ShapePattern], list[TunerPin]] = {}
+    for entry in entries:
+        by_shapes.setdefault((entry.op, entry.shapes), []).append(entry)
+    pairs: list[tuple[TunerPin, TunerPin]] = []
+    for group in by_shapes.values():
+        if len({e.runner for e in group}) < 2:
+            continue
+        # the two furthest-reaching entries seen so far, of two different runners
+        reach: list[TunerPin] = []
+        for entry in sorted(group, key=lambda e: (e.min_rows, e.max_rows, e.index)):
+            other = next((r for r in reach if r.runner != entry.runner), None)
+            if other is not None and other.max_rows >= entry.min_rows:
+                pairs.append((entry, other))
+            mine = [r for r in reach if r.runner == entry.runner]
+            if not mine or entry.max_rows > mine[0].max_rows:
+                reach = [entry, *(r for r in reach if r.runner != entry.runner)]
+            reach = sorted(reach, key=lambda r: -r.max_rows)[:2]
+    return pairs
