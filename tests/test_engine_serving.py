@@ -241,3 +241,77 @@ def test_within_a_table_the_runner_first_in_the_calls_order_serves(engine, monke
     with fi_patches.pinned_tactics(table):
         assert _tune(engine, [split, tile]) == ("ToySplitRunner", 2)
     assert _timed(profiling) == {"ToySplitRunner": {2}}
+
+
+# Decisions remembered for calls made again ------------------------------------------------------
+
+
+def _counting_runner(calls: list[str]) -> Any:
+    """A runner of the toy op's shape that counts its own tactic listings and extras."""
+    from flashinfer.autotuner import TunableRunner
+
+    class ToyCountingRunner(TunableRunner):
+        def get_valid_tactics(self, inputs: Any, profile: Any) -> list[int]:
+            calls.append("list")
+            return [1, 2, 4]
+
+        def get_cache_key_extras(self, inputs: Any) -> tuple[Any, ...]:
+            calls.append("extras")
+            return (inputs[0].dtype,)
+
+        def forward(self, inputs: Any, tactic: Any = -1, **kw: Any) -> Any:
+            return inputs[0] @ inputs[1]
+
+    return ToyCountingRunner()
+
+
+def test_a_direct_call_made_again_is_answered_without_asking_the_runner_again(engine):
+    import torch
+
+    calls: list[str] = []
+    runner = _counting_runner(calls)
+    entry = {**_entry("ToyCountingRunner", 2), "extras": "(torch.float32,)"}
+    x, w = toy_op.operands(ROWS, N)
+    with fi_patches.pinned_tactics(_table(entry)):
+        assert runner.get_valid_tactics([x, w], None) == [2]
+        first = len(calls)
+        for _ in range(5):
+            assert runner.get_valid_tactics([x, w], None) == [2]
+        assert len(calls) == first  # neither its extras nor its list asked again
+        half = [x.to(torch.float16), w.to(torch.float16)]  # the same shapes, another dtype
+        assert runner.get_valid_tactics(half, None) == [1, 2, 4]  # its extras do not match
+
+
+def test_a_lookup_while_serving_is_decided_once_per_call_signature(engine, monkeypatch):
+    import torch
+    from flashinfer.autotuner import AutoTuner
+
+    calls: list[str] = []
+    runner = _counting_runner(calls)
+    entry = {**_entry("ToyCountingRunner", 4), "extras": "(torch.float32,)"}
+    toy_op.start(monkeypatch, 34)
+    x, w = toy_op.operands(ROWS, N)
+    tuner = AutoTuner.get()
+    with fi_patches.pinned_tactics(_table(entry), mode="preseed"):
+        assert tuner.choose_one(toy_op.OP, [runner], toy_op.config(), [x, w])[1] == 4
+        listed = calls.count("list")
+        for _ in range(5):
+            assert tuner.choose_one(toy_op.OP, [runner], toy_op.config(), [x, w])[1] == 4
+        assert calls.count("list") == listed == 1
+        half = [x.to(torch.float16), w.to(torch.float16)]
+        assert tuner.choose_one(toy_op.OP, [runner], toy_op.config(), half)[1] == -1  # not pinned
+
+
+def test_remembered_decisions_are_bounded(engine):
+    from fi_patches.pinning import stack
+    from fi_patches.pinning.index import MEMO_MAX
+
+    calls: list[str] = []
+    runner = _counting_runner(calls)
+    with fi_patches.pinned_tactics(_table(_entry("ToyCountingRunner", 2))):
+        index = stack.current_index()
+        assert index is not None
+        for rows in range(1, MEMO_MAX + 50):
+            x, w = toy_op.operands(1, N)
+            runner.get_valid_tactics([x.expand(rows, toy_op.K), w], None)
+        assert 0 < len(index.answers) <= MEMO_MAX

@@ -100,10 +100,26 @@ def _free(pattern: ShapePattern) -> tuple[Any, ...]:
     return tuple(tuple(d is None for d in shape) for shape in pattern.fixed())
 
 
+class Memo(dict[Any, Any]):
+    """A dict that starts again past :data:`MEMO_MAX` rows (keys name calls, and a server makes
+    calls of ever new row counts)."""
+
+    def remember(self, key: Any, value: Any) -> Any:
+        if len(self) >= MEMO_MAX:
+            self.clear()
+        self[key] = value
+        return value
+
+
+MEMO_MAX = 4096
+"""Rows a :class:`Memo` keeps before starting again."""
+
+
 class PinIndex:
     """The pins of one scope's tables, merged (see the module docstring)."""
 
     __slots__ = (
+        "answers",
         "classes",
         "modes",
         "ops",
@@ -128,6 +144,9 @@ class PinIndex:
         self.rank: dict[int, tuple[int, int]] = {}
         """``id(entry)`` -> ``(table, order)``: its table's place (0: the innermost) and its
         place among every entry here, across sections and runners."""
+        self.answers = Memo()
+        """What the engine's wrappers decided here for a call's signature (a direct call of a
+        runner, a lookup while serving): these pins decide the same again for it."""
         self.probes: dict[str, dict[int, Probe]] = {}
         """Runner class -> per input-list length, the :data:`Probe` that every call pinned or
         silenced here passes and most other calls fail (see :mod:`fi_patches.pinning.stack`)."""

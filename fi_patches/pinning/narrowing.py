@@ -20,13 +20,18 @@ from typing import Any
 from fi_patches._logging import get_logger, log_once
 from fi_patches.pinning import stack
 from fi_patches.pinning.index import ClassPins, PinIndex, direct_hit, section_hit
-from fi_patches.pinning.serving import Found, dtypes, offers, serving_pin, stock_tactics
+from fi_patches.pinning.serving import (
+    Found,
+    dtypes,
+    offers,
+    serving_pin,
+    signature,
+    stock_tactics,
+)
 from fi_patches.pinning.tuning_calls import CALL, TUNING
-from fi_patches.pins.keys import as_tactic, extras_text
+from fi_patches.pins.keys import extras_text
 
 logger = get_logger(__name__)
-
-_SURPRISE = "fi_patches could not compare a pin with the runner's tactics; offering the stock list"
 
 
 def input_profile(inputs: Sequence[Any]) -> tuple[tuple[int, ...], ...]:
@@ -56,14 +61,22 @@ def direct_pin(
     return None
 
 
-QUIET: Found = (None, None, ("quiet",))
-"""What :func:`search` returns for a runner that offers nothing for a call."""
+Offer = tuple[Any, ...]
+"""What a runner offers a call in place of its stock list: ``(pin,)``, or ``()`` when another
+runner serves the key."""
 
 
-def search(name: str, gate: Any, runner: Any, inputs: Sequence[Any], profile: Any) -> Found | None:
-    """For a call of runner class ``name`` in this context: the pin it offers, :data:`QUIET`
-    when another runner serves the key, or None (the stock list; also once the wrapper's patch
-    is reverted)."""
+def search(
+    name: str,
+    gate: Any,
+    runner: Any,
+    inputs: Sequence[Any],
+    profile: Any,
+    listing: Callable[[], Sequence[Any]],
+) -> Offer | None:
+    """What a call of runner class ``name`` is offered in this context (see :data:`Offer`), or
+    None for the stock list (also once the wrapper's patch is reverted). ``listing()`` is the
+    runner's stock list for the call, asked once per call key to check a pin."""
     index = stack.current_index() if gate.active else None
     if index is None:  # another context's pin, or none while pins are suspended
         return None
@@ -85,15 +98,40 @@ def search(name: str, gate: Any, runner: Any, inputs: Sequence[Any], profile: An
         )
         if serving is None:
             return None
-        position, entry, tactic, key = serving
-        return (entry, tactic, key) if call.runners[position] is runner else QUIET
+        return (serving[2],) if call.runners[serving[0]] is runner else ()
+    # A direct call's offer depends on the runner and its inputs' shapes and dtypes (and on any
+    # other input itself): remembered per index, so a repeated call reads only those.
+    try:
+        key = (id(runner), signature(inputs))
+        known = index.answers.get(key)
+    except TypeError:  # an input that does not hash: decided afresh
+        key, known = None, None
+    if known is not None and known[0] is runner:
+        return known[1]  # type: ignore[no-any-return]
+    offer = _direct(index, name, runner, inputs, listing)
+    if key is not None:
+        index.answers.remember(key, (runner, offer))
+    return offer
+
+
+def _direct(
+    index: PinIndex,
+    name: str,
+    runner: Any,
+    inputs: Sequence[Any],
+    listing: Callable[[], Sequence[Any]],
+) -> Offer | None:
+    """What a direct call of runner class ``name`` is offered: its own pin where its stock list
+    holds it, nothing where a section that silences it covers the call."""
     pins = index.classes.get(name)
     found = None if pins is None else direct_pin(index, pins, runner, inputs)
-    if found is None and any(
+    if found is not None:
+        return (found[1],) if offers(runner, found, listing) else None
+    if any(
         section_hit(index, spec, None, inputs) is not None for spec in index.silenced.get(name, ())
     ):
-        return QUIET
-    return found
+        return ()
+    return None
 
 
 def valid_tactics_replacement(name: str) -> Any:
@@ -117,19 +155,22 @@ def valid_tactics_replacement(name: str) -> Any:
             """What a call that may be pinned in this context is offered: the pin, ``[]`` when
             another runner's pin serves it, or None for the stock list."""
             try:
-                found = search(name, gate, runner, inputs, profile)
+                offer = search(
+                    name,
+                    gate,
+                    runner,
+                    inputs,
+                    profile,
+                    lambda: original(runner, inputs, profile, *args, **kwargs),
+                )
             except Exception:
                 _unreadable(name)
                 return None
-            if found is None:
+            if offer is None:
                 return None
-            if found is QUIET:
-                _note(inputs, name, ())
-                return []
-            offered = _offer(name, found, original, runner, inputs, profile, args, kwargs)
-            if TUNING[0] and len(offered) == 1:
-                _note(inputs, name, (as_tactic(offered[0]),))
-            return offered
+            if TUNING[0]:
+                _note(inputs, name, offer)
+            return list(offer)
 
         shell = _plain_shell if _plain_signature(original) else _general_shell
         return functools.wraps(original)(shell(name, original, probe_for, answer))
@@ -229,25 +270,3 @@ def _note(inputs: Any, name: str, tactics: tuple[Any, ...]) -> None:
     call = CALL.get()
     if call is not None:
         call.allow(inputs, name, tactics)
-
-
-def _offer(
-    name: str,
-    found: Found,
-    original: Any,
-    runner: Any,
-    inputs: Any,
-    profile: Any,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-) -> list[Any]:
-    """``[pin]`` when the runner's stock list offers it for this call (asked once per runner
-    class and call key), else the stock list (and one error naming the entry)."""
-    try:
-        offered = offers(runner, found, lambda: original(runner, inputs, profile, *args, **kwargs))
-    except Exception:
-        log_once(logger, logging.WARNING, f"offer:{name}", _SURPRISE, exc_info=True)
-        offered = False
-    if not offered:
-        return original(runner, inputs, profile, *args, **kwargs)  # type: ignore[no-any-return]
-    return [found[1]]

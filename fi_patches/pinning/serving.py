@@ -41,6 +41,12 @@ _verdicts: weakref.WeakKeyDictionary[type, dict[tuple[Any, ...], bool]] = (
 """Per runner class: ``(key, pin)`` -> whether its stock list offers the pin."""
 
 
+def signature(inputs: Sequence[Any]) -> tuple[Any, ...]:
+    """What a decision about a call depends on of its inputs: each tensor's shape and dtype,
+    any other input itself (the key a wrapper remembers its decision under)."""
+    return tuple([(x.shape, x.dtype) if hasattr(x, "shape") else x for x in inputs])
+
+
 def dtypes(inputs: Sequence[Any] | None) -> tuple[Any, ...]:
     """The inputs' dtypes (None for a non-tensor): with the shapes, what decides a runner's
     stock list."""

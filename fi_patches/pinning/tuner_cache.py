@@ -23,7 +23,7 @@ from fi_patches._logging import get_logger, log_once
 from fi_patches.internals import tuner as fi_tuner
 from fi_patches.pinning import stack
 from fi_patches.pinning.index import PRESEED
-from fi_patches.pinning.serving import Listing, serving_pin, stock_tactics
+from fi_patches.pinning.serving import Listing, serving_pin, signature, stock_tactics
 from fi_patches.pinning.tuning_calls import CALL
 from fi_patches.pins.keys import as_tactic
 
@@ -60,6 +60,34 @@ def _listing(tuner: Any, inputs: Any, profile: Any) -> Listing | None:
     return list_of
 
 
+def _serving(
+    tuner: Any, index: Any, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[Any, bool]:
+    """The pin serving a lookup (:func:`serving_pin`), and whether it was decided before: a
+    lookup while serving is decided once per index, runners and call signature, as the server
+    makes the same calls again and again; one while tuning every time."""
+    runners, shapes, config, inputs = _arguments(args, kwargs)
+    call = CALL.get()
+    if call is not None and call.op == op:
+        call.config = config  # the config FlashInfer applied its overrides to
+    profile = kwargs.get("validation_profile")
+    key = None
+    if profile is None and inputs is not None and not fi_tuner.is_tuning(tuner):
+        try:
+            key = ("lookup", op, tuple(map(id, runners)), shapes, signature(inputs))
+            known = index.answers.get(key)
+        except TypeError:  # shapes or an input that do not hash: decided afresh
+            key, known = None, None
+        if known is not None and all(a is b for a, b in zip(known[0], runners, strict=True)):
+            return known[1], True
+    pinned = serving_pin(
+        index, op, runners, inputs, shapes, tuner, config, _listing(tuner, inputs, profile)
+    )
+    if key is not None:
+        index.answers.remember(key, (tuple(runners), pinned))
+    return pinned, False
+
+
 def search_cache_replacement(original: Any, gate: Any) -> Any:
     """``AutoTuner.search_cache`` as the module docstring says."""
 
@@ -67,30 +95,19 @@ def search_cache_replacement(original: Any, gate: Any) -> Any:
     def search_cache(self: Any, custom_op: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             index = stack.current_index() if gate.active else None
-            pinned = None
+            pinned, decided = None, False
             if index is not None and index.serves_op(custom_op):
-                runners, shapes, config, inputs = _arguments(args, kwargs)
-                call = CALL.get()
-                if call is not None and call.op == custom_op:
-                    call.config = config  # the config FlashInfer applied its overrides to
-                pinned = serving_pin(
-                    index,
-                    custom_op,
-                    runners,
-                    inputs,
-                    shapes,
-                    self,
-                    config,
-                    _listing(self, inputs, kwargs.get("validation_profile")),
-                )
+                pinned, decided = _serving(self, index, custom_op, args, kwargs)
         except Exception:
             _surprise()
-            pinned = None
+            pinned, decided = None, False
         if pinned is None:
             return original(self, custom_op, *args, **kwargs)
         position, entry, tactic, _ = pinned
         if index is not None and index.modes.get(id(entry)) == PRESEED:
             return (True, position, tactic, None)
+        if decided:  # a narrowing pin while serving: FlashInfer's answer, checked once already
+            return original(self, custom_op, *args, **kwargs)
         result = original(self, custom_op, *args, **kwargs)
         try:
             return _checked(self, result, position, tactic, custom_op, args, kwargs, original)
