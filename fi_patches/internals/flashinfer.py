@@ -392,8 +392,10 @@ INTERNALS: tuple[Declared, ...] = (
 
 def autotune_tactics(n: int, k: int, rows: int) -> list[tuple[int, ...]]:
     """The low-latency enumerator's MXFP8 tactics for ``rows`` rows of an ``(n, k)`` weight."""
+    from fi_patches.pins.keys import as_tactic
+
     found = AUTOTUNE_TACTICS.resolve()((n, rows, k, 1), *_mxfp8_cutlass_dtypes())
-    return [tuple(t) for t in found]
+    return [as_tactic(t) for t in found]
 
 
 def low_latency_runner(sm_version: int, enable_pdl: bool = True) -> Any:

@@ -17,7 +17,7 @@ from fi_patches.wide.arch import resolve_arch
 from fi_patches.wide.budget import CTA_M, config_reason
 from fi_patches.wide.dtypes import MXFP8, GemmDtypes
 from fi_patches.wide.kernel import wide_kernel_class
-from fi_patches.wide.tactics import Tactic, as_tactic
+from fi_patches.wide.tactics import Tactic, typed_tactic
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def check_config(
 ) -> Tactic:
     """``tactic`` as a :class:`Tactic`; WideConfigError with the reason when it is invalid."""
     try:
-        checked = as_tactic(tactic)
+        checked = typed_tactic(tactic)
     except ValueError as exc:
         raise WideConfigError(str(exc)) from None
     reason = config_reason(tile, checked, dtypes, arch=arch)
@@ -126,7 +126,7 @@ def compile_wide(
         checked = check_config(tile, tactic, dtypes, arch=target)
     else:
         try:
-            checked = as_tactic(tactic)
+            checked = typed_tactic(tactic)
         except ValueError as exc:
             raise WideConfigError(str(exc)) from None
     key = WideKey(tile, checked, target, bool(pdl), dtypes)
