@@ -67,7 +67,7 @@ def from_entries(entries: Iterable[Tuned], bucket_of: Callable[[int], int] | Non
     return found
 
 
-def _pin_keys(pin: TunerPin) -> list[TunerKey]:
+def pin_keys(pin: TunerPin) -> list[TunerKey]:
     """Concrete keys standing for a ``[[pin]]`` entry where no cache names them."""
     if not pin.shapes.has_rows:
         values = [0]
@@ -142,7 +142,7 @@ def differing(choices: Sequence[Choices]) -> tuple[list[BucketDiff], int]:
     too), and the number of keys in any input."""
     keys = {key for found in choices for key in found.found}
     if not any(k[0] == PIN for k in keys):
-        keys |= {(PIN, k) for found in choices for pin in found.pins for k in _pin_keys(pin)}
+        keys |= {(PIN, k) for found in choices for pin in found.pins for k in pin_keys(pin)}
     ordered = sorted(keys, key=repr)
     diffs = []
     for key in ordered:
