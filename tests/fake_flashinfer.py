@@ -181,8 +181,17 @@ def _cutedsl_low_latency_blockscaled_gemm_runner(sm_version, enable_pdl):
 """
 
 
-def write_fake(root: Path, fault: str = "healthy", version: str = "0.7.4") -> Path:
-    """Write the fake package with ``fault`` under ``root``; returns the dir for PYTHONPATH."""
+DSL_RELEASE = "4.8.1"
+"""The CuTe DSL release the fake is installed with by default (one the compat matrix ran)."""
+
+
+def write_fake(
+    root: Path, fault: str = "healthy", version: str = "0.7.4", dsl: str = DSL_RELEASE
+) -> Path:
+    """Write the fake package with ``fault`` under ``root``; returns the dir for PYTHONPATH.
+    ``dsl`` is the nvidia-cutlass-dsl release the environment reports: its distribution
+    metadata is written beside the fake, first on the path, so the installed DSL (or the
+    stub below) is judged as that release."""
     if fault not in FAULTS:
         raise ValueError(f"unknown fault {fault!r}")
     pkg = root / "flashinfer"
@@ -229,12 +238,26 @@ def write_fake(root: Path, fault: str = "healthy", version: str = "0.7.4") -> Pa
         stub = root / "cutlass" / "__init__.py"
         stub.parent.mkdir(parents=True, exist_ok=True)
         stub.write_text(_CUTLASS_TYPES)
+    dsl_dist = root / f"nvidia_cutlass_dsl-{dsl}.dist-info"
+    dsl_dist.mkdir(parents=True, exist_ok=True)
+    (dsl_dist / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: nvidia-cutlass-dsl\nVersion: {dsl}\n"
+    )
     return root
 
 
 _CUTLASS_TYPES = "".join(
     f"class {name}:\n    pass\n\n\n"
-    for name in ("Float8E4M3FN", "Float8E5M2", "Float8E8M0FNU", "BFloat16", "Float16", "Float32")
+    for name in (
+        "Float8E4M3FN",
+        "Float8E5M2",
+        "Float8E8M0FNU",
+        "BFloat16",
+        "Float16",
+        "Float32",
+        "Float4E2M1FN",
+        "Int32",
+    )
 )
 
 
