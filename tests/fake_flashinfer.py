@@ -265,15 +265,23 @@ def run_fi_patches(
     args: list[str], pythonpath: Path | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``python -m fi_patches ARGS`` in a subprocess, with ``pythonpath`` first on the path."""
+    return run_python(["-m", "fi_patches", *args], pythonpath, env)
+
+
+def run_python(
+    argv: list[str], pythonpath: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python ARGV`` in a subprocess without this process's ``FI_PATCHES_*`` variables (then
+    ``env``), with ``pythonpath`` first on the path."""
     child = {k: v for k, v in os.environ.items() if not k.startswith("FI_PATCHES_")}
     child.update(env or {})
     if pythonpath is not None:
         child["PYTHONPATH"] = os.pathsep.join([str(pythonpath), child.get("PYTHONPATH", "")])
     return subprocess.run(
-        [sys.executable, "-m", "fi_patches", *args],
+        [sys.executable, *argv],
         capture_output=True,
         text=True,
         env=child,
-        timeout=300,
+        timeout=600,
         check=False,
     )

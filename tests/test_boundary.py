@@ -62,21 +62,14 @@ def _violations(path: Path, own: set[str]) -> list[str]:
     found = []
     for node in ast.walk(tree):
         line = f"{where}:{getattr(node, 'lineno', '?')}"
-        if isinstance(node, ast.Import):
-            found += [
-                f"{line}: import {a.name}" for a in node.names if a.name.split(".")[0] in FOREIGN
-            ]
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in FOREIGN:
-            found.append(f"{line}: from {node.module} import ...")
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            if id(node) not in docstrings and MODULE_PATH.match(node.value):
-                found.append(f"{line}: names the module {node.value!r}")
-        elif isinstance(node, ast.Call):
-            func = node.func
-            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            literal = [a.value for a in node.args if isinstance(a, ast.Constant)]
-            if called in IMPORTERS and any(str(v).split(".")[0] in FOREIGN for v in literal):
-                found.append(f"{line}: {called}({literal[0]!r})")
+        found += _imports(node, line, FOREIGN)
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docstrings
+            and MODULE_PATH.match(node.value)
+        ):
+            found.append(f"{line}: names the module {node.value!r}")
         if isinstance(node, ast.Attribute):
             name = node.attr
             if name.startswith("_") and not name.startswith("__") and name not in own:
@@ -84,23 +77,29 @@ def _violations(path: Path, own: set[str]) -> list[str]:
     return found
 
 
+def _imports(node: ast.AST, line: str, roots: tuple[str, ...]) -> list[str]:
+    """What ``node`` imports of the packages ``roots``: an import statement, or an importer
+    called with a literal module name."""
+    if isinstance(node, ast.Import):
+        return [f"{line}: import {a.name}" for a in node.names if a.name.split(".")[0] in roots]
+    if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in roots:
+        return [f"{line}: from {node.module} import ..."]
+    if isinstance(node, ast.Call):
+        func = node.func
+        called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        literal = [a.value for a in node.args if isinstance(a, ast.Constant)]
+        if called in IMPORTERS and any(str(v).split(".")[0] in roots for v in literal):
+            return [f"{line}: {called}({literal[0]!r})"]
+    return []
+
+
 def _dsl_imports(path: Path) -> list[str]:
-    tree = ast.parse(path.read_text())
     where = path.relative_to(PACKAGE.parent) if PACKAGE.parent in path.parents else path.name
-    found = []
-    for node in ast.walk(tree):
-        line = f"{where}:{getattr(node, 'lineno', '?')}"
-        if isinstance(node, ast.Import):
-            found += [f"{line}: import {a.name}" for a in node.names if a.name.split(".")[0] in DSL]
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in DSL:
-            found.append(f"{line}: from {node.module} import ...")
-        elif isinstance(node, ast.Call):
-            func = node.func
-            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            literal = [a.value for a in node.args if isinstance(a, ast.Constant)]
-            if called in IMPORTERS and any(str(v).split(".")[0] in DSL for v in literal):
-                found.append(f"{line}: {called}({literal[0]!r})")
-    return found
+    return [
+        found
+        for node in ast.walk(ast.parse(path.read_text()))
+        for found in _imports(node, f"{where}:{getattr(node, 'lineno', '?')}", DSL)
+    ]
 
 
 def test_only_the_dsl_code_imports_the_cute_dsl_outside_the_boundary():

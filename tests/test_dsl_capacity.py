@@ -6,19 +6,14 @@ installed DSL, changed in a subprocess."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
 from fi_patches.internals import cute_dsl as dsl
 from fi_patches.internals import declared
 from fi_patches.wide.budget import SMEM_CAPACITY_FALLBACK
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.fake_flashinfer import run_python
 
 PROBE = """
 import json, logging
@@ -40,17 +35,7 @@ print(json.dumps({{"found": found, "records": [r for r in records if "capacity" 
 
 def _run(fault: str) -> dict:
     pytest.importorskip("cutlass.memory")
-    code = PROBE.format(fault=textwrap.dedent(fault))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FI_PATCHES_")}
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=str(ROOT),
-        timeout=300,
-        check=False,
-    )
+    result = run_python(["-c", PROBE.format(fault=textwrap.dedent(fault))])
     assert result.returncode == 0, result.stderr[-2000:]
     found: dict = json.loads(result.stdout.splitlines()[-1])
     return found

@@ -8,9 +8,6 @@ another release would report it), the DSL's code unchanged."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,8 +17,8 @@ from fi_patches.compat.installed import installed
 from fi_patches.features import FEATURES
 from fi_patches.internals.cute_dsl import CUTE_DSL
 from tests.conftest import require_release_supports
+from tests.fake_flashinfer import run_fi_patches
 
-ROOT = Path(__file__).resolve().parent.parent
 DSL_FEATURES = ("pinned_tactics", "pinned_cute_dsl", "wide_tile")
 
 
@@ -51,18 +48,8 @@ def _doctor(tmp_path: Path, dsl: str) -> dict[str, dict]:
     (dist / "METADATA").write_text(
         f"Metadata-Version: 2.1\nName: nvidia-cutlass-dsl\nVersion: {dsl}\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FI_PATCHES_")}
-    env.update(FI_PATCHES_DEVICE="sm_103", FI_PATCHES_CACHE_DIR="off")
-    env["PYTHONPATH"] = os.pathsep.join([str(dist.parent), str(ROOT), env.get("PYTHONPATH", "")])
-    result = subprocess.run(
-        [sys.executable, "-m", "fi_patches", "doctor", "--json"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=str(ROOT),
-        timeout=600,
-        check=False,
-    )
+    env = {"FI_PATCHES_DEVICE": "sm_103", "FI_PATCHES_CACHE_DIR": "off"}
+    result = run_fi_patches(["doctor", "--json"], dist.parent, env)
     assert result.returncode == 0, result.stderr[-2000:]
     return {r["name"]: r for r in json.loads(result.stdout)}
 

@@ -8,9 +8,7 @@ each writer in turn (FAULT INJECTION: the real installed FlashInfer, patched in 
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -21,6 +19,7 @@ from fi_patches.internals import tuner as fi_tuner
 from fi_patches.pins.record import from_v1_file, from_v2_store
 from tests.conftest import require_release_supports
 from tests.drift.cases import all_cases
+from tests.fake_flashinfer import run_python
 
 
 def test_flashinfers_own_writers_write_what_fi_patches_reads():
@@ -106,18 +105,8 @@ sys.exit(main(sys.argv[1:]))
 
 
 def _run(tmp_path: Path, fault: str, *args: str) -> subprocess.CompletedProcess[str]:
-    code = textwrap.dedent(fault) + RUN
-    env = {k: v for k, v in os.environ.items() if not k.startswith("FI_PATCHES_")}
-    env.update(FI_PATCHES_CACHE_DIR="off", FI_PATCHES_DEVICE="sm_103")
-    return subprocess.run(
-        [sys.executable, "-c", code, *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=str(Path(__file__).resolve().parent.parent),
-        timeout=300,
-        check=False,
-    )
+    env = {"FI_PATCHES_CACHE_DIR": "off", "FI_PATCHES_DEVICE": "sm_103"}
+    return run_python(["-c", textwrap.dedent(fault) + RUN, *args], env=env)
 
 
 def _pinned_ops(result: subprocess.CompletedProcess[str]) -> dict:
