@@ -121,6 +121,7 @@ def test_each_entry_says_why_its_runner_cannot_list_here(lockfile_checks):
         _pin("ToySplitRunner", 1, extras="(torch.bfloat16,)"),
         _pin("ToySplitRunner", 1, shapes=[["rows", "*"], [toy_op.K, 48]]),
         {**_pin("TGVGemmRunner", 3), "op": "bf16_tgv_gemm"},
+        {**_pin("CakeStepFunRunner", 1), "op": "moe_cake_step_fun"},
     )
     toy_op.runners()
     states = _states(table)
@@ -132,7 +133,7 @@ def test_each_entry_says_why_its_runner_cannot_list_here(lockfile_checks):
     assert states[1][0] == INVALID
     assert "tactics CheckMadeRunner() made by check offers for rows 1" in states[1][1]
     reasons = [reason for state, reason in states[2:] if state == UNCHECKED]
-    assert len(reasons) == 5, states
+    assert len(reasons) == 6, states
     assert reasons[0].startswith(
         "no NeedsArgumentsRunner is live in this process and check makes none (its constructor "
         "needs sm_version, enable_pdl); whether tactic [1,2] is in NeedsArgumentsRunner's own "
@@ -154,6 +155,10 @@ def test_each_entry_says_why_its_runner_cannot_list_here(lockfile_checks):
         "FlashInfer builds TGVGemmRunner inside a factory function (flashinfer/gemm/gemm_base.py), "
         "so none exists until its op runs in this process, and check makes no runner; whether "
         "tactic 3 is in TGVGemmRunner's own list"
+    )
+    assert reasons[5].startswith(  # a module-level class of FlashInfer's, made with no arguments
+        "no CakeStepFunRunner is live in this process, and check makes none of FlashInfer's own "
+        "runners (making one may load or build its kernels); whether tactic 1 is in"
     )
 
 

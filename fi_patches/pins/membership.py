@@ -1,9 +1,11 @@
 """Whether a ``[[pin]]``'s tactic is one its runner offers for the entry's keys, checked where
 this process can have that runner's list: a runner of the entry's class that is live here (the
-model ran in this process, and check is called from Python), or one check can make with no
-arguments. Elsewhere the entry stays unchecked, and its reason names the runner and why its list
-cannot be had here: FlashInfer builds that class inside a factory and check makes no runner, its
-constructor needs arguments, or listing raised (most runners need their GPU).
+model ran in this process, and check is called from Python), or one of a class of the
+consumer's own that check can make with no arguments (it never makes FlashInfer's own runners:
+making one may load or build its kernels). Elsewhere the entry stays unchecked, and its reason
+names the runner and why its list cannot be had here: FlashInfer builds that class inside a
+factory and check makes no runner, its constructor needs arguments, or listing raised (most
+runners need their GPU).
 
 A key's inputs are built from its profile: float32 tensors of the key's shapes, views of one
 element (no memory), on the CUDA device where there is one. A runner whose extras for those
@@ -67,8 +69,16 @@ class Runners:
         live = _live_instance(classes)
         if live is not None:
             return _Runner(live, f"a live {name}")
+        own = [c for c in classes if not _flashinfers(c)]
+        if not own:
+            return _Runner(
+                None,
+                "",
+                f"no {name} is live in this process, and check makes none of FlashInfer's own "
+                "runners (making one may load or build its kernels)",
+            )
         problems = []
-        for cls in classes:
+        for cls in own:
             needs = _required_parameters(cls)
             if needs:
                 problems.append(f"its constructor needs {', '.join(needs)}")
@@ -97,6 +107,13 @@ def _absent(name: str) -> str:
     if defined is not None:
         return f"{name} ({defined.file}) is not loaded in this process, and check makes no runner"
     return f"no class {name} is loaded in this process, and check makes no runner"
+
+
+def _flashinfers(cls: type) -> bool:
+    """Whether ``cls`` is defined in FlashInfer's package."""
+    from fi_patches.internals.flashinfer import FLASHINFER
+
+    return str(cls.__module__).split(".")[0] == FLASHINFER.module
 
 
 def _live_instance(classes: list[type]) -> Any:
