@@ -27,9 +27,7 @@ RUN_HERE = {fi.FLASHINFER, CUTE_DSL}
 """The packages of the features judged here (the vLLM and SGLang ones stop earlier)."""
 
 FEATURES = tuple(
-    f.name
-    for f in fi_patches.features.FEATURES
-    if set(f.requires) <= RUN_HERE and f.compiled_check
+    f.name for f in fi_patches.features.FEATURES if set(f.requires) <= RUN_HERE and f.compiled_check
 )
 """The features with a compiled (cached) check that runs here (the vLLM ones stop earlier)."""
 ON_DEVICE = tuple(f.name for f in fi_patches.features.FEATURES if f.name in FEATURES and f.devices)
