@@ -10,6 +10,7 @@ from fi_patches.compat.feature import Feature
 from fi_patches.internals import flashinfer as fi
 from fi_patches.internals import sglang as sg
 from fi_patches.internals import vllm as vl
+from fi_patches.internals.cute_dsl import CUTE_DSL
 from fi_patches.internals.names import PINNED_OPS as PINNED_OPS_NAME
 
 PINNED_OPS = Feature(
@@ -27,7 +28,7 @@ PINNED_TACTICS = Feature(
     summary=(
         "FlashInfer's low-latency MXFP8 tuner is offered only the pinned tactic per shape and rows"
     ),
-    requires=(fi.FLASHINFER,),
+    requires=(fi.FLASHINFER, CUTE_DSL),  # FlashInfer's CuTe DSL kernels
     devices=("sm_100", "sm_103", "sm_107"),
     self_check="fi_patches.self_checks:pinned_tactics",
     sections=("low_latency",),
@@ -37,7 +38,7 @@ PINNED_TACTICS = Feature(
 PINNED_CUTE_DSL = Feature(
     name=fi.PINNED_CUTE_DSL,
     summary="mm_mxfp8's cute-dsl runner runs (and tunes) a pinned tactic per shape and row range",
-    requires=(fi.FLASHINFER,),
+    requires=(fi.FLASHINFER, CUTE_DSL),  # FlashInfer's CuTe DSL kernels
     # sm_107 runs another cute-dsl kernel with another tactic form from 0.7.2 on.
     devices=("sm_100", "sm_103"),
     self_check="fi_patches.self_checks:pinned_cute_dsl",
@@ -48,7 +49,7 @@ PINNED_CUTE_DSL = Feature(
 WIDE_TILE = Feature(
     name=fi.WIDE_TILE,
     summary="the low-latency MXFP8 GEMM with 16-128-row activation tiles, compiled by fi_patches",
-    requires=(fi.FLASHINFER,),
+    requires=(fi.FLASHINFER, CUTE_DSL),  # FlashInfer's CuTe DSL kernels
     devices=("sm_100", "sm_103"),
     self_check="fi_patches.self_checks:wide_tile",
     sections=("wide",),

@@ -10,7 +10,7 @@ from typing import Any
 from fi_patches.compat.device import Device
 from fi_patches.internals import flashinfer as fi
 from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
-from fi_patches.pins.keys import tactic_json
+from fi_patches.pins.keys import as_tactic, tactic_json
 
 _SMALL = (512, 1024)
 """``(n, k)`` of the problems the tuner self-checks pin."""
@@ -28,10 +28,7 @@ def offers_exactly_the_pin(
     held = hold_for((type(runner).__name__,))
     try:
         with stack.isolated():
-            stock = [
-                tuple(t) if isinstance(t, list) else t
-                for t in runner.get_valid_tactics(inputs, None)
-            ]
+            stock = [as_tactic(t) for t in runner.get_valid_tactics(inputs, None)]
         if not stock:
             return (
                 f"FlashInfer's runner offers no tactics for an MXFP8 {n}x{k} problem at {rows} rows"

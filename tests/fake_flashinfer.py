@@ -181,8 +181,17 @@ def _cutedsl_low_latency_blockscaled_gemm_runner(sm_version, enable_pdl):
 """
 
 
-def write_fake(root: Path, fault: str = "healthy", version: str = "0.7.4") -> Path:
-    """Write the fake package with ``fault`` under ``root``; returns the dir for PYTHONPATH."""
+DSL_RELEASE = "4.8.1"
+"""The CuTe DSL release the fake is installed with by default (one the compat matrix ran)."""
+
+
+def write_fake(
+    root: Path, fault: str = "healthy", version: str = "0.7.4", dsl: str = DSL_RELEASE
+) -> Path:
+    """Write the fake package with ``fault`` under ``root``; returns the dir for PYTHONPATH.
+    ``dsl`` is the nvidia-cutlass-dsl release the environment reports: its distribution
+    metadata is written beside the fake, first on the path, so the installed DSL (or the
+    stub below) is judged as that release."""
     if fault not in FAULTS:
         raise ValueError(f"unknown fault {fault!r}")
     pkg = root / "flashinfer"
@@ -229,12 +238,26 @@ def write_fake(root: Path, fault: str = "healthy", version: str = "0.7.4") -> Pa
         stub = root / "cutlass" / "__init__.py"
         stub.parent.mkdir(parents=True, exist_ok=True)
         stub.write_text(_CUTLASS_TYPES)
+    dsl_dist = root / f"nvidia_cutlass_dsl-{dsl}.dist-info"
+    dsl_dist.mkdir(parents=True, exist_ok=True)
+    (dsl_dist / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: nvidia-cutlass-dsl\nVersion: {dsl}\n"
+    )
     return root
 
 
 _CUTLASS_TYPES = "".join(
     f"class {name}:\n    pass\n\n\n"
-    for name in ("Float8E4M3FN", "Float8E5M2", "Float8E8M0FNU", "BFloat16", "Float16", "Float32")
+    for name in (
+        "Float8E4M3FN",
+        "Float8E5M2",
+        "Float8E8M0FNU",
+        "BFloat16",
+        "Float16",
+        "Float32",
+        "Float4E2M1FN",
+        "Int32",
+    )
 )
 
 
@@ -242,15 +265,23 @@ def run_fi_patches(
     args: list[str], pythonpath: Path | None = None, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``python -m fi_patches ARGS`` in a subprocess, with ``pythonpath`` first on the path."""
+    return run_python(["-m", "fi_patches", *args], pythonpath, env)
+
+
+def run_python(
+    argv: list[str], pythonpath: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``python ARGV`` in a subprocess without this process's ``FI_PATCHES_*`` variables (then
+    ``env``), with ``pythonpath`` first on the path."""
     child = {k: v for k, v in os.environ.items() if not k.startswith("FI_PATCHES_")}
     child.update(env or {})
     if pythonpath is not None:
         child["PYTHONPATH"] = os.pathsep.join([str(pythonpath), child.get("PYTHONPATH", "")])
     return subprocess.run(
-        [sys.executable, "-m", "fi_patches", *args],
+        [sys.executable, *argv],
         capture_output=True,
         text=True,
         env=child,
-        timeout=300,
+        timeout=600,
         check=False,
     )

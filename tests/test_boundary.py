@@ -1,6 +1,8 @@
 """The FlashInfer boundary holds: outside ``fi_patches/internals/`` no module imports FlashInfer
 (or vLLM), spells one of their module paths, or reaches a private member fi_patches does not
-define itself; and every internal the boundary declares is guarded by a probe."""
+define itself; no module but the CuTe DSL code itself (:data:`DSL_CODE`) imports the DSL (or the
+CUDA driver bindings it runs on); and every internal the boundary declares is guarded by a
+probe."""
 
 from __future__ import annotations
 
@@ -17,6 +19,10 @@ BOUNDARY = PACKAGE / "internals"
 FOREIGN = ("flashinfer", "vllm", "sglang")
 MODULE_PATH = re.compile(r"^(flashinfer|vllm|sglang)\.\w+(\.\w+)*(:\w+)?$")
 IMPORTERS = ("import_module", "__import__", "find_spec", "when_imported")
+DSL = ("cutlass", "cuda")
+DSL_CODE = frozenset({PACKAGE / "wide" / "kernel.py"})
+"""Modules that are CuTe DSL code themselves (the wide kernel, a subclass of FlashInfer's DSL
+kernel), so import the DSL; any other module gets DSL APIs from ``internals/cute_dsl.py``."""
 
 
 def _modules() -> list[Path]:
@@ -56,26 +62,62 @@ def _violations(path: Path, own: set[str]) -> list[str]:
     found = []
     for node in ast.walk(tree):
         line = f"{where}:{getattr(node, 'lineno', '?')}"
-        if isinstance(node, ast.Import):
-            found += [
-                f"{line}: import {a.name}" for a in node.names if a.name.split(".")[0] in FOREIGN
-            ]
-        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in FOREIGN:
-            found.append(f"{line}: from {node.module} import ...")
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-            if id(node) not in docstrings and MODULE_PATH.match(node.value):
-                found.append(f"{line}: names the module {node.value!r}")
-        elif isinstance(node, ast.Call):
-            func = node.func
-            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
-            literal = [a.value for a in node.args if isinstance(a, ast.Constant)]
-            if called in IMPORTERS and any(str(v).split(".")[0] in FOREIGN for v in literal):
-                found.append(f"{line}: {called}({literal[0]!r})")
+        found += _imports(node, line, FOREIGN)
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in docstrings
+            and MODULE_PATH.match(node.value)
+        ):
+            found.append(f"{line}: names the module {node.value!r}")
         if isinstance(node, ast.Attribute):
             name = node.attr
             if name.startswith("_") and not name.startswith("__") and name not in own:
                 found.append(f"{line}: reaches the foreign private .{name}")
     return found
+
+
+def _imports(node: ast.AST, line: str, roots: tuple[str, ...]) -> list[str]:
+    """What ``node`` imports of the packages ``roots``: an import statement, or an importer
+    called with a literal module name."""
+    if isinstance(node, ast.Import):
+        return [f"{line}: import {a.name}" for a in node.names if a.name.split(".")[0] in roots]
+    if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in roots:
+        return [f"{line}: from {node.module} import ..."]
+    if isinstance(node, ast.Call):
+        func = node.func
+        called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+        literal = [a.value for a in node.args if isinstance(a, ast.Constant)]
+        if called in IMPORTERS and any(str(v).split(".")[0] in roots for v in literal):
+            return [f"{line}: {called}({literal[0]!r})"]
+    return []
+
+
+def _dsl_imports(path: Path) -> list[str]:
+    where = path.relative_to(PACKAGE.parent) if PACKAGE.parent in path.parents else path.name
+    return [
+        found
+        for node in ast.walk(ast.parse(path.read_text()))
+        for found in _imports(node, f"{where}:{getattr(node, 'lineno', '?')}", DSL)
+    ]
+
+
+def test_only_the_dsl_code_imports_the_cute_dsl_outside_the_boundary():
+    problems = [v for path in _modules() if path not in DSL_CODE for v in _dsl_imports(path)]
+    assert problems == [], "use fi_patches.internals.cute_dsl's accessors:\n" + "\n".join(problems)
+    assert all(path.is_file() for path in DSL_CODE)  # the allowed modules are there
+
+
+def test_the_dsl_check_finds_what_it_looks_for(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "import cutlass\nimport cutlass.cute as cute\n"
+        "from cutlass.cute.runtime import make_ptr\n"
+        "import cuda.bindings.driver as driver\n"
+        "import importlib\nimportlib.import_module('cutlass.utils')\n"
+        "import torch\n"
+    )
+    assert len(_dsl_imports(bad)) == 5
 
 
 def test_no_module_outside_the_boundary_touches_flashinfer():
@@ -103,6 +145,6 @@ def test_every_internal_is_guarded_and_needed(internal):
     assert isinstance(internal, (Internal, OneOf))
     assert mutations(internal), f"{internal.key} has no drift mutation"
     for option in internal.options if isinstance(internal, OneOf) else (internal,):
-        assert option.module.split(".")[0] in (*FOREIGN, "cutlass", "torch")
+        assert option.module.split(".")[0] in (*FOREIGN, *DSL, "torch")
     keys = [i.key for i in declared()]
     assert keys.count(internal.key) == 1, f"{internal.key} is declared twice"

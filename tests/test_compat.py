@@ -187,7 +187,17 @@ def test_doctor_prints_a_table_and_json_and_exits_zero(capsys):
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
     header = out.splitlines()[0].split()
-    assert header == ["feature", "state", "flashinfer", "in", "matrix", "device", "reason"]
+    assert header == [
+        "feature",
+        "state",
+        "flashinfer",
+        "cute",
+        "dsl",
+        "in",
+        "matrix",
+        "device",
+        "reason",
+    ]
     assert "pinned_tactics" in out
     assert main(["doctor", "--json"]) == 0
     records = json.loads(capsys.readouterr().out)

@@ -25,6 +25,7 @@ pytestmark = pytest.mark.release_independent
 ROOT = Path(__file__).resolve().parent.parent
 
 ENABLED = "FlashInfer 0.7.4 is verified; 7 probes and the self-check pass."
+ENABLED_DSL = "FlashInfer 0.7.4 and CuTe DSL 4.8.1 are verified; 16 probes and the self-check pass."
 IMPORT_FAILED = (
     "import flashinfer failed (AssertionError: Torch not compiled with CUDA enabled), "
     "so every patch is off."
@@ -147,8 +148,15 @@ def test_the_data_files_patterns_match_todays_reasons():
     assert expect["0.7.0"].match(False, IMPORT_FAILED)
     assert expect["0.6.18.post1"].match(False, IMPORT_FAILED)
     assert expect["0.6.18.post1 (simulated import)"].match(False, NO_MODULE)
-    assert expect["0.7.4"].match(True, ENABLED)
-    assert not expect["0.7.4"].match(False, ENABLED)
+    assert expect["0.7.4"].match(True, ENABLED_DSL)  # a feature that runs CuTe DSL kernels
+    assert not expect["0.7.4"].match(False, ENABLED_DSL)
+    assert matrix.cell("0.7.4").expect["pinned_ops"].match(True, ENABLED)
+    # a DSL release no cell ran is not what a cell expects: the matrix must run it first
+    assert not expect["0.7.4"].match(
+        True,
+        "CuTe DSL 4.9.0 is not in the compat matrix; after "
+        "verified 4.8.1; 16 probes and the self-check pass.",
+    )
     assert expect["newest"].match(False, UNVERIFIED)
     allowed = matrix.cell("newest").expect_allow_unverified
     assert allowed is not None and allowed["pinned_tactics"].match(True, ALLOWED)

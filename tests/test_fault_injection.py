@@ -9,20 +9,28 @@ from pathlib import Path
 import pytest
 
 from fi_patches.features import feature
-from tests.fake_flashinfer import run_fi_patches, write_fake
+from tests.fake_flashinfer import DSL_RELEASE, run_fi_patches, write_fake
 from tests.isolated_site import isolated_site, run_cli
 
 
-def doctor(tmp_path: Path, fault: str, version: str = "0.7.4", **env: str) -> dict:
-    root = write_fake(tmp_path / fault, fault, version)
+def doctor(
+    tmp_path: Path, fault: str, version: str = "0.7.4", dsl: str = DSL_RELEASE, **env: str
+) -> dict:
+    root = write_fake(tmp_path / fault, fault, version, dsl)
     result = run_fi_patches(["doctor", "--json"], root, {"FI_PATCHES_DEVICE": "sm_103", **env})
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
     records = {r["name"]: r for r in json.loads(result.stdout)}
     record = records["pinned_tactics"]
     assert record["flashinfer"] == version
+    assert record["cute_dsl"] == dsl
     assert record["device"] == "sm_103"
     return record
+
+
+def flashinfer_probes(name: str) -> int:
+    """How many of ``name``'s internals are FlashInfer's (not the CuTe DSL's)."""
+    return sum(not i.path.startswith("cutlass.") for i in feature(name).internals())
 
 
 def test_the_healthy_fake_passes_every_probe_and_the_self_check(tmp_path):
@@ -60,7 +68,8 @@ def test_the_healthy_fake_passes_every_probe_and_the_self_check(tmp_path):
         ),
         (
             "runner_method_per_instance",
-            "self-check failed on FlashInfer 0.7.4: with (128, 8, 1, 2) pinned the real runner "
+            "self-check failed on FlashInfer 0.7.4 and CuTe DSL 4.8.1: with (128, 8, 1, 2) "
+            "pinned the real runner "
             "offered 2 tactics, so the patch does not reach it",
         ),
     ],
@@ -75,7 +84,7 @@ def test_a_newer_release_is_disabled_unless_allowed(tmp_path):
     record = doctor(tmp_path, "healthy", version="0.7.5")
     assert not record["enabled"]
     assert "0.7.5 is newer than the verified range" in record["reason"]
-    count = len(feature("pinned_tactics").internals())
+    count = flashinfer_probes("pinned_tactics")
     assert f"all {count} probes pass; set FI_PATCHES_ALLOW_UNVERIFIED=1" in record["reason"]
     allowed = doctor(
         tmp_path / "allowed", "healthy", version="0.7.5", FI_PATCHES_ALLOW_UNVERIFIED="1"
@@ -99,11 +108,59 @@ def test_a_release_no_matrix_cell_ran_is_enabled_and_says_so(tmp_path):
     )
     root = write_fake(tmp_path / "table", "healthy", "0.7.3")
     table = run_fi_patches(["doctor"], root, {"FI_PATCHES_DEVICE": "sm_103"}).stdout
-    assert table.splitlines()[0].split()[:5] == ["feature", "state", "flashinfer", "in", "matrix"]
+    header = ["feature", "state", "flashinfer", "cute", "dsl", "in", "matrix"]
+    assert table.splitlines()[0].split()[:7] == header
     row = next(line for line in table.splitlines() if line.startswith("pinned_tactics "))
-    assert row.split()[1:4] == ["enabled", "0.7.3", "no"]
+    assert row.split()[1:5] == ["enabled", "0.7.3", DSL_RELEASE, "no"]
     listed = doctor(tmp_path / "listed", "healthy", version="0.7.4")
-    assert listed["in_matrix"] is True and "FlashInfer 0.7.4 is verified" in listed["reason"]
+    assert listed["in_matrix"] is True
+    assert listed["reason"].startswith(f"FlashInfer 0.7.4 and CuTe DSL {DSL_RELEASE} are verified")
+
+
+def test_a_dsl_release_no_matrix_cell_ran_is_enabled_and_says_so(tmp_path):
+    """The DSL's releases enter the verdict as FlashInfer's do: 4.8.0 and 4.8.1 are what the
+    matrix's DSL cells ran; 4.9.0 (inside the range FlashInfer requires) enables with a reason
+    saying no cell ran it, and doctor shows it."""
+    from fi_patches.internals.cute_dsl import CUTE_DSL
+
+    assert CUTE_DSL.releases == ("4.8.0", "4.8.1")
+    count = len(feature("pinned_tactics").internals())
+    record = doctor(tmp_path, "healthy", dsl="4.9.0")
+    assert record["enabled"] and record["in_matrix"] is False
+    assert record["reason"] == (
+        f"CuTe DSL 4.9.0 is not in the compat matrix; after verified 4.8.1; {count} probes and "
+        "the self-check pass."
+    )
+    root = write_fake(tmp_path / "table", "healthy", "0.7.4", "4.9.0")
+    result = run_fi_patches(["doctor"], root, {"FI_PATCHES_DEVICE": "sm_103"})
+    row = next(line for line in result.stdout.splitlines() if line.startswith("pinned_tactics "))
+    assert row.split()[1:6] == ["enabled", "0.7.4", "4.9.0", "no", "sm_103"]
+    both = doctor(tmp_path / "both", "healthy", version="0.7.3", dsl="4.9.0")
+    assert both["enabled"] and both["in_matrix"] is False
+    assert both["reason"] == (
+        "FlashInfer 0.7.3 is not in the compat matrix; between verified 0.7.2.post1 and 0.7.4; "
+        f"CuTe DSL 4.9.0 is not in the compat matrix; after verified 4.8.1; {count} probes and "
+        "the self-check pass."
+    )
+
+
+@pytest.mark.parametrize("dsl", ["4.8.0", "4.8.1"])
+def test_a_dsl_release_the_matrix_ran_is_verified(tmp_path, dsl):
+    record = doctor(tmp_path, "healthy", dsl=dsl)
+    count = len(feature("pinned_tactics").internals())
+    assert record["enabled"] and record["in_matrix"] is True
+    assert record["reason"] == (
+        f"FlashInfer 0.7.4 and CuTe DSL {dsl} are verified; {count} probes and the self-check pass."
+    )
+
+
+def test_a_dsl_older_than_flashinfer_requires_is_disabled(tmp_path):
+    record = doctor(tmp_path, "healthy", dsl="4.7.0")
+    dsl_probes = len(feature("pinned_tactics").internals()) - flashinfer_probes("pinned_tactics")
+    assert not record["enabled"]
+    assert record["reason"] == (
+        f"CuTe DSL 4.7.0 is outside the verified range >=4.8.0 (all {dsl_probes} probes pass)."
+    )
 
 
 @pytest.mark.parametrize(

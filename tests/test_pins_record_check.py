@@ -202,9 +202,9 @@ def test_check_of_a_broken_file_exits_one(tmp_path, capsys):
 def test_check_of_a_lockfile_finds_runners_and_ops_and_leaves_tactics_to_the_tuner(
     tmp_path, capsys
 ):
-    """A ``[[pin]]``'s runner and op are FlashInfer's or the entry is invalid; its tactic can
-    be listed only by the tuner on the op's real inputs, so ``pins check`` says unchecked (exit
-    3) with that reason, and doctor still counts the entry as applied."""
+    """A ``[[pin]]``'s runner and op are FlashInfer's or the entry is invalid; no runner of
+    the factory-built class exists in this process, so ``pins check`` says unchecked (exit 3)
+    with that reason, and doctor still counts the entry as applied."""
     require_release_supports("pinned_ops")
     from fi_patches.pins.check import pins_per_op
 
@@ -217,8 +217,8 @@ def test_check_of_a_lockfile_finds_runners_and_ops_and_leaves_tactics_to_the_tun
     path.write_text(body)
     assert main(["pins", "check", str(path)]) == 3
     out = capsys.readouterr().out
-    assert "unchecked  runner and op found in FlashInfer" in out
-    assert "whether tactic 3 is in the runner's own list" in out
+    assert "unchecked  FlashInfer builds CublasltBf16GemmRunner inside a factory function" in out
+    assert "whether tactic 3 is in CublasltBf16GemmRunner's own list" in out
     [ops] = pins_per_op(PinTable.from_file(path))
     assert (ops.op, ops.entries, ops.applied, ops.invalid, ops.unchecked) == (
         "bf16_gemm",

@@ -20,12 +20,14 @@ import pytest
 import fi_patches.features
 from fi_patches.compat import selfcheck_cache
 from fi_patches.internals import flashinfer as fi
+from fi_patches.internals.cute_dsl import CUTE_DSL
 from tests.conftest import require_release_supports
 
+RUN_HERE = {fi.FLASHINFER, CUTE_DSL}
+"""The packages of the features judged here (the vLLM and SGLang ones stop earlier)."""
+
 FEATURES = tuple(
-    f.name
-    for f in fi_patches.features.FEATURES
-    if f.requires == (fi.FLASHINFER,) and f.compiled_check
+    f.name for f in fi_patches.features.FEATURES if set(f.requires) <= RUN_HERE and f.compiled_check
 )
 """The features with a compiled (cached) check that runs here (the vLLM ones stop earlier)."""
 ON_DEVICE = tuple(f.name for f in fi_patches.features.FEATURES if f.name in FEATURES and f.devices)
@@ -33,7 +35,7 @@ ON_DEVICE = tuple(f.name for f in fi_patches.features.FEATURES if f.name in FEAT
 CHEAP = tuple(
     f.name
     for f in fi_patches.features.FEATURES
-    if f.requires == (fi.FLASHINFER,) and not f.compiled_check
+    if set(f.requires) <= RUN_HERE and not f.compiled_check
 )
 """The features whose only self-check is cheap: it runs in every process, never kept."""
 COMPILED = "compiled wide kernel tile 16"  # fi_patches.wide.compile's log line: a real compile
@@ -207,6 +209,7 @@ def test_an_outcome_that_raised_is_not_kept(tmp_path, monkeypatch):
 BREAK_RUNNER = """
 import flashinfer.gemm.gemm_base as gemm_base
 from fi_patches.internals import flashinfer as fi
+from fi_patches.internals.cute_dsl import CUTE_DSL
 
 factory = getattr(gemm_base, fi.LOW_LATENCY_RUNNER.attr)
 runner_class = type(factory(103, True))

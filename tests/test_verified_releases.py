@@ -12,6 +12,7 @@ from packaging.version import Version
 
 from compat.matrix import NEWEST, load
 from fi_patches.compat.versions import is_verified
+from fi_patches.internals.cute_dsl import CUTE_DSL
 from fi_patches.internals.flashinfer import FLASHINFER
 from fi_patches.internals.names import PINNED_TACTICS
 from fi_patches.internals.sglang import SGLANG
@@ -35,6 +36,13 @@ def ran_enabled() -> set[str]:
 def test_the_verified_releases_are_the_ones_the_matrix_ran():
     assert set(FLASHINFER.releases) == ran_enabled()
     assert len(set(FLASHINFER.releases)) == len(FLASHINFER.releases)
+
+
+def test_the_verified_dsl_releases_are_the_ones_the_dsl_cells_ran():
+    matrix = load()
+    ran = {c.dsl for c in matrix.cells if c.dsl and "enabled" in c.expect[PINNED_TACTICS].states}
+    assert set(CUTE_DSL.releases) == ran
+    assert all(is_verified(Version(r), CUTE_DSL.verified) for r in CUTE_DSL.releases)
 
 
 def test_every_verified_release_is_inside_the_enabled_range_and_bounds_it():

@@ -86,7 +86,7 @@ class Mxfp8Op(RunnerOp):
         """The pin-table entry (file form) that pins ``tactic`` for ``bucket``."""
         if self.section == "wide":
             tile, *rest = tactic
-            return {"n": self.n, "k": self.k, "tile": int(tile), "tactic": list(rest)}
+            return {"n": self.n, "k": self.k, "tile": int(tile), "tactic": tactic_json(rest)}
         return {
             "n": self.n,
             "k": self.k,

@@ -8,6 +8,7 @@ from typing import Any
 
 from fi_patches.chain.operands import mismatch, mxfp8_operand, reference_product
 from fi_patches.internals import flashinfer as fi
+from fi_patches.pins.keys import as_tactic
 
 
 def operands(torch: Any, n: int, k: int, rows: int) -> tuple[list[Any], Any, Any]:
@@ -37,7 +38,7 @@ def low_latency_mismatch(n: int, k: int, rows: int, tactic: Sequence[int]) -> st
 
     major, minor = torch.cuda.get_device_capability()
     inputs, out, ref = operands(torch, n, k, rows)
-    fi.low_latency_runner(major * 10 + minor, True).forward(inputs, tactic=tuple(tactic))
+    fi.low_latency_runner(major * 10 + minor, True).forward(inputs, tactic=as_tactic(tactic))
     torch.cuda.synchronize()
     return mismatch(torch, out, ref)
 

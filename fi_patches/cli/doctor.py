@@ -38,13 +38,15 @@ def run(args: argparse.Namespace) -> int:
             r.name,
             "enabled" if r.enabled else "disabled",
             r.flashinfer,
+            r.cute_dsl,
             "yes" if r.in_matrix else "no",
             r.device,
             r.reason,
         )
         for r in records
     ]
-    print(render(("feature", "state", "flashinfer", "in matrix", "device", "reason"), rows))
+    header = ("feature", "state", "flashinfer", "cute dsl", "in matrix", "device", "reason")
+    print(render(header, rows))
     pins = [(r.name, r.pins) for r in records if r.pins]
     if pins:
         print()

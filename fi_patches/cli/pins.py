@@ -88,6 +88,19 @@ def _bucket_of() -> Any:
         return None
 
 
+def _file_form_drift() -> str:
+    """Where the installed FlashInfer's cache writers no longer write what fi_patches reads
+    (the boundary's file-form probes fail), that clause; else ''."""
+    from fi_patches.compat.installed import flashinfer_unusable
+    from fi_patches.internals import tuner as fi_tuner
+
+    if flashinfer_unusable() is not None:
+        return ""
+    forms = (fi_tuner.SAVE_CONFIGS, fi_tuner.V2_PUBLISH)
+    failed = [p for i in forms if not i.optional or i.present() if (p := i.probe())]
+    return f", and the installed FlashInfer's cache form changed: {failed[0]}" if failed else ""
+
+
 def _flashinfer_missing() -> str:
     """Why FlashInfer gives no bucket map here, as the end of a sentence."""
     from fi_patches.compat.installed import flashinfer_unusable
@@ -100,6 +113,7 @@ def run_record(args: argparse.Namespace) -> int:
 
     from fi_patches._atomic import OutputError, check_output, write_all
     from fi_patches.compat.installed import installed_flashinfer
+    from fi_patches.internals import tuner as fi_tuner
     from fi_patches.pins.diff import bucket_label
     from fi_patches.pins.errors import PinTableError
     from fi_patches.pins.files import PIN_SUFFIXES
@@ -133,12 +147,13 @@ def run_record(args: argparse.Namespace) -> int:
     for path, entries, _ in read:
         if not entries:
             print(
-                f"pins record: {path} holds no tuned entry (no key of FlashInfer's form); "
-                "nothing written",
+                f"pins record: {path} holds no tuned entry (no key of FlashInfer's form)"
+                f"{_file_form_drift()}; nothing written",
                 file=sys.stderr,
             )
             return 1
-    versions = {p: str(m["flashinfer_version"]) for p, _, m in read if m.get("flashinfer_version")}
+    field = fi_tuner.METADATA_VERSION
+    versions = {p: str(m[field]) for p, _, m in read if m.get(field)}
     if len(set(versions.values())) > 1:
         listed = ", ".join(f"{p}: {v}" for p, v in versions.items())
         print(

@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     if blocked:
         print(f"precompile: the wide kernel cannot be built here: {blocked}", file=sys.stderr)
         return 1
+    from fi_patches.pins.keys import as_tactic
     from fi_patches.wide.arch import WideArchError, resolve_arch
     from fi_patches.wide.compile import compile_wide
     from fi_patches.wide.precompile import compile_with_resources, wide_pin_reason
@@ -78,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
     failures = spills = 0
     bar = _progress(len(entries))
     for entry in entries:
-        label = (f"{entry.n}x{entry.k}", entry.tile, tuple(entry.tactic))
+        label = (f"{entry.n}x{entry.k}", entry.tile, as_tactic(entry.tactic))
         reason = wide_pin_reason(entry.n, entry.k, entry.tile, entry.tactic, arch=arch)
         if reason is None:
             use_ptxas = False if args.no_ptxas else None  # None: ptxas when it is installed

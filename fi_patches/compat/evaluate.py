@@ -20,6 +20,8 @@ from fi_patches.compat.installed import forget as forget_installed
 from fi_patches.compat.installed import installed
 from fi_patches.compat.versions import is_listed, is_newer_than, is_verified, neighbours
 from fi_patches.internals import Declared, Dependency, InternalError, error_text, modules_of
+from fi_patches.internals.cute_dsl import CUTE_DSL
+from fi_patches.internals.flashinfer import FLASHINFER
 
 logger = get_logger(__name__)
 
@@ -53,6 +55,9 @@ class FeatureStatus:
     in_matrix: bool = False
     """Whether every release it was judged on is one a compat matrix cell ran (an enabled
     feature can be off the matrix: a release inside the range that no cell ran)."""
+    cute_dsl: str = "-"
+    """The installed CuTe DSL (``nvidia-cutlass-dsl``) release, for a feature that needs it;
+    ``-`` for one that does not."""
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -96,8 +101,8 @@ def _deprecations(probes: tuple[ProbeResult, ...]) -> str:
 
 
 def _owner(internal: Declared, feature: Feature) -> Dependency:
-    """The dependency an internal belongs to (the DSL FlashInfer compiles with counts as
-    FlashInfer's)."""
+    """The dependency an internal belongs to: the one whose module its path starts with (the
+    CuTe DSL's for ``cutlass``), else the feature's main package."""
     path = internal.path.split(" or ")[0]
     for dependency in feature.requires:
         if path.split(".")[0] == dependency.module:
@@ -178,8 +183,9 @@ def _self_check(feature: Feature, device: Device, probes: tuple[ProbeResult, ...
 def evaluate(feature: Feature, device: Device | None) -> FeatureStatus:
     """The state of ``feature`` given the installed packages and the device (None for a feature
     that needs no particular device); no caching."""
-    patched = [d for d in feature.requires if d.module == "flashinfer"]
+    patched = [d for d in feature.requires if d.module == FLASHINFER.module]
     flashinfer = installed(patched[0]).label if patched else "-"
+    dsl = installed(CUTE_DSL).label if CUTE_DSL in feature.requires else "-"
     others = [d for d in feature.requires if d not in patched]
     verified = "; ".join(
         [str(d.verified) for d in patched] + [f"{d.distribution}{d.verified}" for d in others]
@@ -198,6 +204,7 @@ def evaluate(feature: Feature, device: Device | None) -> FeatureStatus:
             verified=verified,
             probes=probes,
             in_matrix=listed,
+            cute_dsl=dsl,
         )
 
     probes: tuple[ProbeResult, ...] = ()

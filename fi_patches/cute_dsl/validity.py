@@ -14,8 +14,7 @@ from fi_patches.internals import flashinfer as fi
 def why_not_runnable(runner: Any, inputs: list[Any], tactic: Any) -> str | None:
     """None when ``runner`` runs ``tactic`` unchanged on ``inputs``, else the reason. The
     tactic is looked up in the runner's stock list, whatever pins are active here."""
-    import cutlass
-
+    from fi_patches.internals.cute_dsl import numeric_type
     from fi_patches.pinning import stack
     from fi_patches.pins.keys import as_tactic
 
@@ -30,7 +29,7 @@ def why_not_runnable(runner: Any, inputs: list[Any], tactic: Any) -> str | None:
         split = fi.split_k_kernel()
         if not out.is_contiguous():
             return "split-K needs a contiguous output"
-        if not split.is_valid_tactic(m, k, cutlass.Float8E4M3FN, split_k):
+        if not split.is_valid_tactic(m, k, numeric_type("Float8E4M3FN"), split_k):
             return f"FlashInfer's split-K kernel cannot split K={k} {split_k} ways at M={m}"
         if tuple(split.mma_tiler_mn_for_m(m)) != tiler:
             return f"split-K at M={m} runs tile {split.mma_tiler_mn_for_m(m)}, not {tiler}"

@@ -1,4 +1,5 @@
-"""Everything fi_patches uses from FlashInfer (and the CuTe DSL it compiles with), named once.
+"""Everything fi_patches uses from FlashInfer, named once (the CuTe DSL it compiles with is
+declared in :mod:`fi_patches.internals.cute_dsl`).
 
 Each internal is declared with its kind, the shape fi_patches relies on, the features that need
 it and, where it can be exercised on any machine, a behavioural check; together these are its
@@ -73,9 +74,10 @@ _PROBE_PROBLEM = (512, 1024, 8)
 
 
 def _mxfp8_cutlass_dtypes() -> tuple[Any, ...]:
-    import cutlass
+    from fi_patches.internals.cute_dsl import numeric_type
 
-    return (cutlass.Float8E4M3FN, cutlass.Float8E4M3FN, cutlass.Float8E8M0FNU, 32, cutlass.BFloat16)
+    fp8, scale, out = (numeric_type(n) for n in ("Float8E4M3FN", "Float8E8M0FNU", "BFloat16"))
+    return (fp8, fp8, scale, 32, out)
 
 
 def _is_tactic_list(value: Any, length: int) -> str | None:
@@ -122,9 +124,9 @@ def _check_positive_int(value: Any) -> str | None:
 
 
 def _check_split_k_valid(method: Any) -> str | None:
-    import cutlass
+    from fi_patches.internals.cute_dsl import numeric_type
 
-    found = method(16, 7168, cutlass.Float8E4M3FN, 2)
+    found = method(16, 7168, numeric_type("Float8E4M3FN"), 2)
     return None if isinstance(found, bool) else f"returned {found!r}, not a bool"
 
 
@@ -353,10 +355,6 @@ REORDER_SCALES = Internal(
     "reorder_scale_factors_per_cta",
     (WIDE_TILE,),
 )
-DSL_COMPILE = Internal("cute_compile", CALLABLE, "cutlass.cute", "compile", (WIDE_TILE,))
-DSL_FAKE_STREAM = Internal(
-    "cute_make_fake_stream", CALLABLE, "cutlass.cute.runtime", "make_fake_stream", (WIDE_TILE,)
-)
 
 INTERNALS: tuple[Declared, ...] = (
     LOW_LATENCY_MODULE,
@@ -381,8 +379,6 @@ INTERNALS: tuple[Declared, ...] = (
     REORDER_SCALES,
     REORDER_SCALE_FACTORS,
     AUTOTUNE,
-    DSL_COMPILE,
-    DSL_FAKE_STREAM,
 )
 """Every internal fi_patches uses, in the order ``doctor --json`` lists their probes."""
 
@@ -392,8 +388,10 @@ INTERNALS: tuple[Declared, ...] = (
 
 def autotune_tactics(n: int, k: int, rows: int) -> list[tuple[int, ...]]:
     """The low-latency enumerator's MXFP8 tactics for ``rows`` rows of an ``(n, k)`` weight."""
+    from fi_patches.pins.keys import as_tactic
+
     found = AUTOTUNE_TACTICS.resolve()((n, rows, k, 1), *_mxfp8_cutlass_dtypes())
-    return [tuple(t) for t in found]
+    return [as_tactic(t) for t in found]
 
 
 def low_latency_runner(sm_version: int, enable_pdl: bool = True) -> Any:

@@ -1,29 +1,43 @@
 """FlashInfer's tuner contract, as fi_patches' pinning engine relies on it: ``choose_one`` and
-its cache lookup, the cache key and its file form, runners' tactic lists and key extras, and
-the profiling call. Every op FlashInfer tunes goes through these, so pinning any op needs
-these internals and no per-op declaration.
+its cache lookup, the cache key and its file form, runners' tactic lists and key extras, the
+profiling call, and the two forms its caches take on disk (the v1 JSON file and the v2 store).
+Every op FlashInfer tunes goes through these, so pinning any op needs these internals and no
+per-op declaration.
 
 The behavioural checks run FlashInfer's own tuner code on a runner of fi_patches' own (no
 device, no tensors): a key built by FlashInfer must read back, through
-:mod:`fi_patches.pins.keys`, as the key fi_patches builds for the same call.
+:mod:`fi_patches.pins.keys`, as the key fi_patches builds for the same call, and a cache
+FlashInfer's own writers write must read back, through :mod:`fi_patches.pins.record` (which
+reads the file forms through the accessors below), to the key and tactic written.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import MutableMapping
+import logging
+import tempfile
+from collections.abc import Iterator, Mapping, MutableMapping
+from pathlib import Path
 from typing import Any
 
 from fi_patches.internals._declare import ATTRIBUTE, CALLABLE, CLASS, METHOD, Internal
 from fi_patches.internals.names import ENGINE, PINNED_OPS, PRESEED
 
 AUTOTUNER = "flashinfer.autotuner"
+AUTOTUNER_MODULE = "flashinfer.autotuner.autotuner"
+AUTOTUNE_CACHE = "flashinfer.autotune_cache"
 
 PROBE_OP = "fi_patches_probe"
 """The custom op the behavioural checks key their probe runner under."""
 
 PROBE_SHAPES = ((6, 64), (64, 32))
 """Input shapes of the checks' call: 6 rows (bucket 8) of a (64, 32) weight."""
+
+PROBE_TACTIC = (3, (4, True))
+"""The tactic the file-form checks write (nested: JSON writes it as lists)."""
+
+PROBE_VERSION = "fi_patches-probe"
+"""The FlashInfer version the v2 check's store manifest records (read back as metadata)."""
 
 
 @functools.cache
@@ -86,6 +100,78 @@ def _check_cache_key(method: Any) -> str | None:
     if read != ours:
         return f"its file key {str(key.file_key)[:120]!r} does not read back as {ours.file_key!r}"
     return None
+
+
+def probe_key() -> tuple[Any, Any]:
+    """``(FlashInfer's cache key, fi_patches' TunerKey)`` of the probe runner's call."""
+    from fi_patches.pins.keys import TunerKey, extras_text
+
+    runner = probe_runner_class()()
+    extras = runner.get_cache_key_extras([])
+    key = GET_CACHE_KEY.resolve()(PROBE_OP, runner, PROBE_SHAPES, probe_config(), extras)
+    ours = TunerKey(PROBE_OP, type(runner).__name__, ((8, 64), (64, 32)), extras_text(extras))
+    return key, ours
+
+
+def _read_back(entries: list[Any], ours: Any, form: str) -> str | None:
+    """None when ``entries`` (fi_patches' reading of a cache FlashInfer wrote) hold the probe's
+    key and tactic, else what fi_patches read instead."""
+    if [(e.key, e.tactic) for e in entries] != [(ours, PROBE_TACTIC)]:
+        found = ", ".join(f"{e.key.file_key[:80]} -> {e.tactic!r}" for e in entries[:2])
+        return (
+            f"the {form} it wrote for {ours.file_key} with tactic {PROBE_TACTIC!r} reads back as "
+            f"[{found or 'no entry'}]"
+        )
+    return None
+
+
+class _Quiet(logging.Filter):
+    """Drops FlashInfer's log records about the checks' own temporary caches."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__()
+        self.where = where
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.where not in record.getMessage()
+
+
+def _check_v1_form(save_configs: Any) -> str | None:
+    from fi_patches.pins.record import from_v1_file
+
+    instance = AUTOTUNER_CLASS.resolve()()  # a tuner of the check's own, not the process's
+    key, ours = probe_key()
+    instance.profiling_cache[key] = (PROBE_TACTIC, None)
+    log = TUNER_LOG.resolve() if TUNER_LOG.present() else None
+    with tempfile.TemporaryDirectory(prefix="fi_patches_probe_") as root:
+        quiet = _Quiet(root)
+        if isinstance(log, logging.Logger):
+            log.addFilter(quiet)
+        try:
+            save_configs(instance, str(Path(root) / "v1.json"))
+        finally:
+            if isinstance(log, logging.Logger):
+                log.removeFilter(quiet)
+        entries, metadata = from_v1_file(Path(root) / "v1.json")
+    problem = _read_back(entries, ours, "v1 file")
+    if problem is None and not isinstance(metadata.get(METADATA_VERSION), str):
+        problem = f"the v1 file it wrote has no {V1_METADATA}.{METADATA_VERSION} fi_patches reads"
+    return problem
+
+
+def _check_v2_form(publish: Any) -> str | None:
+    from fi_patches.pins.keys import tactic_json
+    from fi_patches.pins.record import from_v2_store
+
+    key, ours = probe_key()
+    with tempfile.TemporaryDirectory(prefix="fi_patches_probe_") as root:
+        store = V2_STORE.resolve()({METADATA_VERSION: PROBE_VERSION}, root)
+        publish(store, str(key.file_key), ours.runner, tactic_json(PROBE_TACTIC))
+        entries, metadata = from_v2_store(Path(root))
+    problem = _read_back(entries, ours, "v2 store")
+    if problem is None and metadata.get(METADATA_VERSION) != PROBE_VERSION:
+        problem = f"the v2 store's manifest reads back as {metadata!r}, not its metadata"
+    return problem
 
 
 def _check_mapping(value: Any) -> str | None:
@@ -220,6 +306,44 @@ PREPARE_INPUTS = Internal(
 the pinned runner's stock list on them (once per key) before answering with the pin. The tune
 group's divergence detector wraps it too."""
 
+SAVE_CONFIGS = Internal(
+    "save_configs",
+    METHOD,
+    AUTOTUNER,
+    "AutoTuner.save_configs",
+    (PINNED_OPS,),
+    params=("path",),
+    check=_check_v1_form,
+)
+"""FlashInfer's v1 writer (``autotune(cache=...)``, vLLM's and SGLang's files): what it writes
+for a tuner of the check's own must read back through :func:`v1_winners`."""
+
+V2_STORE = Internal(
+    "v2_store",
+    CLASS,
+    AUTOTUNE_CACHE,
+    "ManagedAutotuneCache",
+    (PINNED_OPS,),
+    params=("manifest", "root"),
+    optional=True,
+)
+V2_PUBLISH = Internal(
+    "v2_store_publish",
+    METHOD,
+    AUTOTUNE_CACHE,
+    "ManagedAutotuneCache.publish",
+    (PINNED_OPS,),
+    params=("file_key", "runner_name", "json_tactic"),
+    check=_check_v2_form,
+    optional=True,
+)
+"""The v2 store's writer (``autotune_v2``): one entry it publishes in a store of the check's own
+must read back through :func:`v2_winner` and :data:`V2_ENTRIES`."""
+
+TUNER_LOG = Internal("tuner_logger", ATTRIBUTE, AUTOTUNER_MODULE, "logger", (), optional=True)
+"""The logger FlashInfer's writers report to: the file-form checks drop its records about
+their own temporary caches (where it is there)."""
+
 AUTOTUNE_V2 = Internal(
     "autotune_v2", CALLABLE, "flashinfer", "autotune_v2", (), params=("mode",), optional=True
 )
@@ -241,6 +365,10 @@ INTERNALS = (
     PREPARE_INPUTS,
     TUNING_CONFIG_CLASS,
     DYNAMIC_TENSOR_SPEC,
+    SAVE_CONFIGS,
+    V2_STORE,
+    V2_PUBLISH,
+    TUNER_LOG,
     AUTOTUNE_V2,
 )
 """FlashInfer's tuner contract, in the order ``doctor --json`` lists its probes."""
@@ -296,3 +424,58 @@ def live_winners(instance: Any) -> MutableMapping[Any, Any]:
     """The in-process winners FlashInfer tuned or loaded (``profiling_cache``)."""
     store: MutableMapping[Any, Any] = instance.profiling_cache
     return store
+
+
+# the cache files' forms --------------------------------------------------------------------------
+
+V1_METADATA = "_metadata"
+"""The v1 file's member holding the environment it was tuned in; every other member whose name
+starts with ``_`` is FlashInfer's bookkeeping (its generation hash, namespaced records)."""
+
+METADATA_VERSION = "flashinfer_version"
+"""The metadata field naming the FlashInfer release a cache was tuned on."""
+
+V2_MANIFEST = "manifest.json"
+"""A v2 store environment's manifest (its metadata, flat in 0.7.x)."""
+
+V2_ENVIRONMENTS = ("v2/*/" + V2_MANIFEST, "*/" + V2_MANIFEST)
+"""Where a store root's environments' manifests are (``<root>/v2/<environment hash>/``; a
+directory one level down is read too)."""
+
+V2_ENTRIES = "entries/*.json"
+"""An environment's entry files, one per key."""
+
+V2_ENTRY_FIELDS = ("key", "runner", "tactic")
+"""An entry file's fields fi_patches reads: the file key, the runner class name, the tactic."""
+
+
+def v1_winners(data: Mapping[str, Any]) -> Iterator[tuple[str, Any, Any]]:
+    """``(file key, runner class name, tactic)`` of each entry of a v1 file's JSON object
+    (``{key: [runner, tactic, policy?, selection?], "_metadata": {...}}``)."""
+    for key, value in data.items():
+        if key.startswith("_") or not isinstance(value, list) or len(value) < 2:
+            continue
+        yield key, value[0], value[1]
+
+
+def v1_metadata(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The environment metadata of a v1 file's JSON object (empty where it has none)."""
+    found = data.get(V1_METADATA, {})
+    return dict(found) if isinstance(found, dict) else {}
+
+
+def v2_winner(item: object) -> tuple[str, Any, Any] | None:
+    """``(file key, runner class name, tactic)`` of one v2 entry file's JSON, or None when it
+    is not an entry (as FlashInfer's lookup, which misses on an entry lacking any of them)."""
+    if not isinstance(item, dict) or not all(f in item for f in V2_ENTRY_FIELDS):
+        return None
+    return str(item["key"]), item["runner"], item["tactic"]
+
+
+def v2_metadata(manifest: object) -> dict[str, Any] | None:
+    """The metadata of a v2 environment's manifest JSON (0.7.x manifests are flat), or None
+    when it is not one."""
+    if not isinstance(manifest, dict):
+        return None
+    found = manifest.get("metadata", manifest)
+    return dict(found) if isinstance(found, dict) else None

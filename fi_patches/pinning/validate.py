@@ -17,6 +17,7 @@ from typing import Any
 from fi_patches.internals import flashinfer as fi
 from fi_patches.pinning import stack
 from fi_patches.pins.errors import PinProblem, PinTableError
+from fi_patches.pins.keys import tactic_json
 from fi_patches.pins.schema import LOW_LATENCY_MAX_ROWS, RowRangePin
 from fi_patches.pins.table import PinTable
 
@@ -99,7 +100,7 @@ def check_low_latency(table: PinTable) -> list[PinProblem]:
                         table.source,
                         f"[[low_latency]] #{entry.index}",
                         "tactic",
-                        list(entry.tactic),
+                        tactic_json(entry.tactic),
                         f"is not among the {len(offered)} tactics FlashInfer's low-latency "
                         f"enumerator offers for n={entry.n} k={entry.k} rows={rows} "
                         f"(e.g. {sample})",
@@ -167,7 +168,7 @@ def check_wide(table: PinTable) -> list[PinProblem]:
                     table.source,
                     f"[[wide]] #{entry.index}",
                     "tactic",
-                    list(entry.tactic),
+                    tactic_json(entry.tactic),
                     f"cannot run n={entry.n} k={entry.k} at tile {entry.tile}: {reason}",
                 )
             )

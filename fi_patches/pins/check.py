@@ -26,15 +26,7 @@ class EntryCheck:
     reason: str
     applies: bool = False
     """Whether the entry applies here: OK, or a ``[[pin]]`` whose runner and op the installed
-    FlashInfer has but whose tactic only the tuner can list."""
-
-
-PIN_MEMBERSHIP = (
-    "runner and op found in FlashInfer {version}; whether tactic {tactic} is in the runner's own "
-    "list for this key is checked when the tuner first lists it (runners list tactics only for "
-    "an op's real inputs, most only on their GPU); a pin it lacks gets the stock list and one error"
-)
-"""Why a ``[[pin]]`` entry's tactic is unchecked by ``pins check`` on any machine."""
+    FlashInfer has but whose tactic only the tuner can list here."""
 
 
 def _describe(section: str, entry: Any) -> tuple[str, str]:
@@ -53,8 +45,9 @@ def check_entries(table: PinTable) -> tuple[str | None, list[EntryCheck]]:
     from fi_patches.compat.installed import installed_flashinfer
     from fi_patches.features import feature_of_section
     from fi_patches.pinning.validate import checked_sections, checker_of
-    from fi_patches.pins.keys import tactic_text
+    from fi_patches.pins import membership
 
+    runners = membership.Runners()
     meta_problem = table.skip_reason(current_device().arch, installed_flashinfer().version)
     results: list[EntryCheck] = []
     for name in SECTIONS:
@@ -88,9 +81,7 @@ def check_entries(table: PinTable) -> tuple[str | None, list[EntryCheck]]:
             elif entry.index in problems:
                 state, reason = INVALID, problems[entry.index]
             elif name == "pin":
-                state, applies = UNCHECKED, True
-                version = installed_flashinfer().version
-                reason = PIN_MEMBERSHIP.format(version=version, tactic=tactic_text(entry.tactic))
+                state, reason, applies = _membership(table, entry, runners)
             else:
                 unreached = _unreached(name, entry)
                 state, reason, applies = OK, f"warning: {unreached}" if unreached else "", True
@@ -98,6 +89,26 @@ def check_entries(table: PinTable) -> tuple[str | None, list[EntryCheck]]:
                 EntryCheck(name, entry.index, shape, rows, tactic, state, reason, applies)
             )
     return meta_problem, results
+
+
+def _membership(table: PinTable, entry: Any, runners: Any) -> tuple[str, str, bool]:
+    """``(state, reason, applies)`` of a ``[[pin]]`` whose runner and op are FlashInfer's: OK or
+    invalid where a runner of its class can list its keys' tactics here, else unchecked (it
+    applies, and the tuner checks it when it first lists the key) with why not."""
+    from fi_patches.pins import membership
+    from fi_patches.pins.errors import PinProblem
+    from fi_patches.pins.tuner_pin import SECTION
+
+    verdict = membership.check(entry, runners)
+    if verdict.member is None:
+        return UNCHECKED, verdict.reason, True
+    if verdict.member:
+        return OK, verdict.reason, True
+    where = f"[[{SECTION}]] #{entry.index}"
+    problem = PinProblem(
+        table.source, where, "tactic", entry.to_mapping()["tactic"], verdict.reason
+    )
+    return INVALID, problem.detail(), False
 
 
 def _unreached(section: str, entry: Any) -> str | None:
@@ -114,7 +125,8 @@ def _unreached(section: str, entry: Any) -> str | None:
 @dataclass(frozen=True)
 class OpPins:
     """How the ``[[pin]]`` entries of one op fare here: entries, those that apply, those invalid,
-    and those not fully checked (a ``[[pin]]`` applies unchecked: see :data:`PIN_MEMBERSHIP`)."""
+    and those not fully checked (a ``[[pin]]`` whose runner cannot list its tactics here applies
+    unchecked)."""
 
     op: str
     entries: int

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fi_patches.pins.keys import Profile, as_tactic, tactic_text
+from fi_patches.pins.keys import Profile, TunerKey, as_tactic, tactic_text
 from fi_patches.pins.record import (
     Apart,
     Tuned,
@@ -103,8 +103,8 @@ def from_entries(entries: Iterable[Tuned], bucket_of: Callable[[int], int] | Non
     return found
 
 
-def _pin_keys(pin: TunerPin) -> list[BucketKey]:
-    """Concrete buckets standing for a ``[[pin]]`` entry where no cache names them."""
+def pin_keys(pin: TunerPin) -> list[TunerKey]:
+    """Concrete keys standing for a ``[[pin]]`` entry where no cache names them."""
     if not pin.shapes.has_rows:
         values = [0]
     else:
@@ -119,8 +119,13 @@ def _pin_keys(pin: TunerPin) -> list[BucketKey]:
             tuple(value if d == "rows" else (-1 if d == "*" else int(d)) for d in shape)
             for shape in pin.shapes.dims
         )
-        keys.append((PIN, pin.op, profile, pin.runner))
+        keys.append(TunerKey(pin.op, pin.runner, profile, pin.extras or "*"))
     return keys
+
+
+def _pin_buckets(pin: TunerPin) -> list[BucketKey]:
+    """:func:`pin_keys` as the buckets a diff compares."""
+    return [(PIN, key.op, key.profile, key.runner) for key in pin_keys(pin)]
 
 
 class NeedsBuckets(ValueError):
@@ -185,7 +190,9 @@ def differing(choices: Sequence[Choices]) -> tuple[list[BucketDiff], int]:
     own = [found.lanes(apart) for found in choices]
     keys = {key for found in own for key in found}
     if not any(k[0] == PIN for k in keys):
-        keys |= {_lane(k, apart) for found in choices for pin in found.pins for k in _pin_keys(pin)}
+        keys |= {
+            _lane(k, apart) for found in choices for pin in found.pins for k in _pin_buckets(pin)
+        }
     ordered = sorted(keys, key=repr)
     diffs = []
     for key in ordered:

@@ -1,6 +1,8 @@
 """Turn FlashInfer tuner output into a pin table, for every op in it: a v1 JSON config file
 (``autotune(cache=...)``, also vLLM's ``autotune_configs.json`` and SGLang's per-rank files), a
-v2 store directory (``autotune_v2``), or the live in-process cache.
+v2 store directory (``autotune_v2``), or the live in-process cache. The files' forms are the
+boundary's (:mod:`fi_patches.internals.tuner`, whose probe has FlashInfer's own writers write a
+cache that this module must read back); this module reads the files, bounded.
 
 Each cached winner is one :class:`Tuned` key and tactic. Keys of the runners the MXFP8 sections
 specialize become section entries (adjacent row buckets with one tactic merged); every other
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fi_patches.internals import tuner as fi_tuner
 from fi_patches.internals import vllm as vllm_layout
 from fi_patches.pins.errors import PinTableError
 from fi_patches.pins.files import read_data_file
@@ -149,35 +152,32 @@ def from_v1_file(path: Path) -> tuple[list[Tuned], dict[str, Any]]:
             "object of cache entries"
         )
     entries = []
-    for key, value in data.items():
-        if key.startswith("_") or not isinstance(value, list) or len(value) < 2:
-            continue
-        entry = _tuned(key, value[0], value[1])
+    for key, runner, tactic in fi_tuner.v1_winners(data):
+        entry = _tuned(key, runner, tactic)
         if entry is not None:
             entries.append(entry)
-    metadata = data.get("_metadata", {})
-    return entries, dict(metadata) if isinstance(metadata, dict) else {}
+    return entries, fi_tuner.v1_metadata(data)
 
 
 def from_v2_store(root: Path) -> tuple[list[Tuned], dict[str, Any]]:
     """Entries of a v2 store root: ``<root>[/v2/<env>]/manifest.json`` and ``entries/*.json``
-    (only those places: a directory is never walked beyond them)."""
+    (the boundary's :data:`~fi_patches.internals.tuner.V2_ENVIRONMENTS` and
+    :data:`~fi_patches.internals.tuner.V2_ENTRIES`; a directory is never walked beyond them)."""
     entries: list[Tuned] = []
     meta: dict[str, Any] = {}
-    envs = [root, *(p.parent for p in _listed(root, "v2/*/manifest.json"))]
-    envs += [p.parent for p in _listed(root, "*/manifest.json") if p.parent not in envs]
+    envs = [root]
+    for pattern in fi_tuner.V2_ENVIRONMENTS:
+        envs += [p.parent for p in _listed(root, pattern) if p.parent not in envs]
     read = 0
     for env in envs:
-        manifest = env / "manifest.json"
+        manifest = env / fi_tuner.V2_MANIFEST
         if manifest.is_file():
             try:
                 data = _read_json(manifest)
             except PinTableError:
                 data = None
-            if isinstance(data, dict):
-                found = data.get("metadata", data)  # 0.7.x manifests are flat
-                meta = dict(found) if isinstance(found, dict) else meta
-        for file in _listed(env, "entries/*.json"):
+            meta = fi_tuner.v2_metadata(data) or meta
+        for file in _listed(env, fi_tuner.V2_ENTRIES):
             read += 1
             if read > MAX_STORE_FILES:
                 raise TunerCacheError(
@@ -187,17 +187,15 @@ def from_v2_store(root: Path) -> tuple[list[Tuned], dict[str, Any]]:
                 item = _read_json(file)
             except PinTableError:
                 continue  # an entry being written, or not FlashInfer's: the others still count
-            if isinstance(item, dict):
-                entry = _tuned(str(item.get("key", "")), item.get("runner"), item.get("tactic"))
-                if entry is not None:
-                    entries.append(entry)
+            winner = fi_tuner.v2_winner(item)
+            entry = _tuned(*winner) if winner is not None else None
+            if entry is not None:
+                entries.append(entry)
     return entries, meta
 
 
 def from_tuner(tuner: Any = None) -> list[Tuned]:
     """Entries of the live in-process cache (``AutoTuner.get()`` by default)."""
-    from fi_patches.internals import tuner as fi_tuner
-
     if tuner is None:
         tuner = fi_tuner.tuner()
     entries = []
@@ -233,8 +231,8 @@ def _listed(root: Path, pattern: str) -> list[Path]:
 def is_v2_store(root: Path) -> bool:
     """Whether the directory ``root`` is a v2 store (a manifest at its root or one level down,
     as :func:`from_v2_store` reads it)."""
-    return (root / "manifest.json").is_file() or bool(
-        _listed(root, "v2/*/manifest.json") or _listed(root, "*/manifest.json")
+    return (root / fi_tuner.V2_MANIFEST).is_file() or any(
+        _listed(root, pattern) for pattern in fi_tuner.V2_ENVIRONMENTS
     )
 
 

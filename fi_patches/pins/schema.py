@@ -39,6 +39,7 @@ from fi_patches.compat.device import normalize_arch
 from fi_patches.compat.versions import parse_specifier
 from fi_patches.pins.errors import PinProblem
 from fi_patches.pins.fields import FieldReader
+from fi_patches.pins.keys import tactic_json
 from fi_patches.pins.tuner_pin import SECTION as PIN_SECTION
 from fi_patches.pins.tuner_pin import check_pins, parse_pin
 
@@ -197,7 +198,7 @@ class LowLatencyPin(RowRangePin):
             "k": self.k,
             "min_rows": self.min_rows,
             "max_rows": self.max_rows,
-            "tactic": list(self.tactic),
+            "tactic": tactic_json(self.tactic),
         }
 
 
@@ -230,7 +231,7 @@ class WidePin:
     index: int
 
     def to_mapping(self) -> dict[str, Any]:
-        return {"n": self.n, "k": self.k, "tile": self.tile, "tactic": list(self.tactic)}
+        return {"n": self.n, "k": self.k, "tile": self.tile, "tactic": tactic_json(self.tactic)}
 
 
 def _parse_wide(reader: FieldReader, index: int) -> WidePin | None:

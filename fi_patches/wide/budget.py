@@ -5,9 +5,10 @@ DSL compiles over-budget shared memory and fails only at launch, so this is chec
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Sequence
 
-from fi_patches._logging import get_logger
+from fi_patches._logging import get_logger, log_once
 from fi_patches.compat.device import normalize_arch
 from fi_patches.wide.dtypes import MXFP8, GemmDtypes
 
@@ -122,20 +123,25 @@ def arch_family(arch: str) -> str:
 @functools.cache
 def smem_capacity(arch: str = "sm_100") -> int:
     """Dynamic shared memory one block may request on ``arch`` (as the DSL checks it at launch),
-    read from cutlass; :data:`SMEM_CAPACITY_FALLBACK` where cutlass is absent or has no entry."""
+    read from the DSL's capacity query (``cutlass.memory``'s, else the deprecated
+    ``cutlass.utils`` one: :func:`fi_patches.internals.cute_dsl.smem_capacity_query`);
+    :data:`SMEM_CAPACITY_FALLBACK` where the DSL is absent or the query fails, logged once."""
+    from fi_patches.internals import InternalError, error_text
+    from fi_patches.internals.cute_dsl import smem_capacity_query
+
     family = arch_family(arch)
     try:
-        try:
-            from cutlass.memory import get_smem_capacity_in_bytes
-        except ImportError:
-            from cutlass.utils import get_smem_capacity_in_bytes
-        return int(get_smem_capacity_in_bytes(family))
+        return int(smem_capacity_query()(family))
     except Exception as exc:
-        logger.debug(
-            "smem capacity of %s from cutlass failed (%s: %s); using %d B",
+        absent = isinstance(exc, InternalError)
+        log_once(
+            logger,
+            logging.INFO if absent else logging.WARNING,
+            f"smem_capacity:{family}",
+            "shared-memory capacity of %s: the CuTe DSL's query %s (%s); using %d B",
             family,
-            type(exc).__name__,
-            exc,
+            "is not there" if absent else "failed",
+            error_text(exc),
             SMEM_CAPACITY_FALLBACK,
         )
         return SMEM_CAPACITY_FALLBACK

@@ -17,7 +17,7 @@ from fi_patches.wide.arch import resolve_arch
 from fi_patches.wide.budget import CTA_M, config_reason
 from fi_patches.wide.dtypes import MXFP8, GemmDtypes
 from fi_patches.wide.kernel import wide_kernel_class
-from fi_patches.wide.tactics import Tactic, as_tactic
+from fi_patches.wide.tactics import Tactic, typed_tactic
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ def check_config(
 ) -> Tactic:
     """``tactic`` as a :class:`Tactic`; WideConfigError with the reason when it is invalid."""
     try:
-        checked = as_tactic(tactic)
+        checked = typed_tactic(tactic)
     except ValueError as exc:
         raise WideConfigError(str(exc)) from None
     reason = config_reason(tile, checked, dtypes, arch=arch)
@@ -126,7 +126,7 @@ def compile_wide(
         checked = check_config(tile, tactic, dtypes, arch=target)
     else:
         try:
-            checked = as_tactic(tactic)
+            checked = typed_tactic(tactic)
         except ValueError as exc:
             raise WideConfigError(str(exc)) from None
     key = WideKey(tile, checked, target, bool(pdl), dtypes)
@@ -154,17 +154,16 @@ def clear_cache() -> None:
 
 def fake_arguments(dtypes: GemmDtypes, cta_k: int) -> tuple[Any, ...]:
     """Placeholder pointers, problem and stream for ``cute.compile`` (the shape is dynamic)."""
-    import cutlass
-    import cutlass.cute as cute
-    from cutlass.cute.runtime import make_fake_stream, make_ptr
+    from fi_patches.internals import cute_dsl
 
     a_t, b_t, sf_t, _, c_t = dtypes.cutlass_types()
+    make_ptr, gmem, int32 = cute_dsl.make_ptr(), cute_dsl.gmem(), cute_dsl.numeric_type("Int32")
 
     def ptr(dtype: Any, role: str) -> Any:
         align = POINTER_ALIGN[role]
-        return make_ptr(dtype, align, cute.AddressSpace.gmem, assumed_align=align)
+        return make_ptr(dtype, align, gmem, assumed_align=align)
 
-    problem = tuple(cutlass.Int32(v) for v in (CTA_M, 8, cta_k, 1))
+    problem = tuple(int32(v) for v in (CTA_M, 8, cta_k, 1))
     return (
         ptr(a_t, "a"),
         ptr(sf_t, "sfa"),
@@ -174,17 +173,16 @@ def fake_arguments(dtypes: GemmDtypes, cta_k: int) -> tuple[Any, ...]:
         None,
         None,
         problem,
-        make_fake_stream(),
+        cute_dsl.fake_stream(),
     )
 
 
 def _compile(key: WideKey, keep_artifacts: bool) -> WideKernel:
-    import cutlass
-    import cutlass.cute as cute
+    from fi_patches.internals import cute_dsl
 
     cta_k, stages, sfb_stages, split_k = key.tactic
     kernel = wide_kernel_class()(
-        acc_dtype=cutlass.Float32,
+        acc_dtype=cute_dsl.numeric_type("Float32"),
         mma_tiler_mnk=(CTA_M, key.tile, cta_k),
         num_ab_stage=stages,
         num_sfb_tmem_stage=sfb_stages,
@@ -202,7 +200,8 @@ def _compile(key: WideKey, keep_artifacts: bool) -> WideKernel:
         options += f" --keep-ptx --keep-cubin --dump-dir {dump_dir}"
     start = time.perf_counter()
     try:
-        function = cute.compile(kernel, *fake_arguments(key.dtypes, cta_k), options=options)
+        compile_kernel = cute_dsl.compiler()
+        function = compile_kernel(kernel, *fake_arguments(key.dtypes, cta_k), options=options)
     finally:
         if dump_dir is not None:
             shutil.rmtree(dump_dir, ignore_errors=True)

@@ -90,15 +90,16 @@ class GemmDtypes:
         return None
 
     def cutlass_types(self) -> tuple[Any, Any, Any, int, Any]:
-        """``(a, b, sf, sf_vec, c)`` as cutlass classes (imports cutlass)."""
-        import cutlass
+        """``(a, b, sf, sf_vec, c)`` as the DSL's classes (imports cutlass, through the
+        boundary)."""
+        from fi_patches.internals.cute_dsl import numeric_type
 
         return (
-            getattr(cutlass, self.a),
-            getattr(cutlass, self.b),
-            getattr(cutlass, self.sf),
+            numeric_type(self.a),
+            numeric_type(self.b),
+            numeric_type(self.sf),
             self.sf_vec,
-            getattr(cutlass, self.c),
+            numeric_type(self.c),
         )
 
 

@@ -87,18 +87,23 @@ def _require(condition: bool, message: str) -> None:
 
 
 _runtime: list[Any] = []
-"""``[torch, cuda.bindings.driver, make_ptr, gmem]`` once imported: an import statement per
-launch costs more than the checks."""
+"""``[torch, CUstream, make_ptr, gmem, Int32]`` once imported (through the boundary): an
+import statement per launch costs more than the checks."""
 
 
 def _launch_runtime() -> list[Any]:
     if not _runtime:
-        import cuda.bindings.driver as cuda_driver
-        import cutlass.cute as cute
         import torch
-        from cutlass.cute.runtime import make_ptr
 
-        _runtime[:] = [torch, cuda_driver, make_ptr, cute.AddressSpace.gmem]
+        from fi_patches.internals import cute_dsl
+
+        _runtime[:] = [
+            torch,
+            cute_dsl.cu_stream(),
+            cute_dsl.make_ptr(),
+            cute_dsl.gmem(),
+            cute_dsl.numeric_type("Int32"),
+        ]
     return _runtime
 
 
@@ -215,13 +220,11 @@ class LaunchPlan:
         return self._launch(weight_kn, weight_scale, a, a_scale, out)
 
     def _launch(self, weight: Any, weight_scale: Any, a: Any, a_scale: Any, out: Any) -> Any:
-        torch, cuda_driver, make_ptr, gmem = _runtime or _launch_runtime()
+        torch, cu_stream, make_ptr, gmem, int32 = _runtime or _launch_runtime()
         if not self._args:
-            import cutlass
-
             a_t, b_t, sf_t, _, c_t = self.kernel.key.dtypes.cutlass_types()
             self._types = (a_t, sf_t, b_t, sf_t, c_t)
-            self._args = tuple(cutlass.Int32(v) for v in (self.n, self.rows, self.k, 1))
+            self._args = tuple(int32(v) for v in (self.n, self.rows, self.k, 1))
         pointers = (
             make_ptr(dtype, tensor.data_ptr(), gmem, assumed_align=align)
             for dtype, tensor, align in zip(
@@ -229,7 +232,7 @@ class LaunchPlan:
             )
         )
         with torch.cuda.device(weight.device):
-            stream = cuda_driver.CUstream(torch.cuda.current_stream(weight.device).cuda_stream)
+            stream = cu_stream(torch.cuda.current_stream(weight.device).cuda_stream)
             self.kernel(*pointers, None, None, self._args, stream)
         return out
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from fi_patches.wide.budget import invalid_reason
 from fi_patches.wide.dtypes import MXFP8, GemmDtypes
 from fi_patches.wide.resources import KernelResources
-from fi_patches.wide.tactics import Tactic, as_tactic
+from fi_patches.wide.tactics import Tactic, typed_tactic
 
 
 def wide_pin_reason(
@@ -25,7 +25,7 @@ def wide_pin_reason(
     """Why a ``[[wide]]`` pin ``(n, k, tile, tactic)`` can never run, or None. ``arch`` picks
     the shared-memory capacity (default sm_100's, equal to sm_103's)."""
     try:
-        checked = as_tactic(tactic)
+        checked = typed_tactic(tactic)
     except ValueError as exc:
         return str(exc)
     if checked.sfb_tmem_stages != 1:

@@ -34,7 +34,7 @@ class Tactic(NamedTuple):
         return f"({self.cta_k}, {self.ab_stages}, {self.sfb_tmem_stages}, {self.split_k})"
 
 
-def as_tactic(value: Sequence[int]) -> Tactic:
+def typed_tactic(value: Sequence[int]) -> Tactic:
     """``value`` as a :class:`Tactic`; ValueError unless it is four integers."""
     items = tuple(value)
     if len(items) != 4 or not all(isinstance(v, int) and not isinstance(v, bool) for v in items):
@@ -142,7 +142,7 @@ def pinned_tactic(n: int, k: int, tile: int) -> Tactic | None:
     from fi_patches.pinning.resolve import wide_pin
 
     entry = wide_pin(n, k, tile)
-    return None if entry is None else as_tactic(entry.tactic)
+    return None if entry is None else typed_tactic(entry.tactic)
 
 
 def choose_tactic(
@@ -160,7 +160,7 @@ def choose_tactic(
     invalid pin is logged once and skipped."""
     problem = (n, rows, k, 1)
     if tactic is not None:
-        chosen = as_tactic(tactic)
+        chosen = typed_tactic(tactic)
         reason = invalid_reason(
             problem, tile, chosen, dtypes, arch=arch, sfb_per_cta_packed=sfb_per_cta_packed
         )

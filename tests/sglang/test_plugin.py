@@ -159,7 +159,7 @@ def test_doctor_lists_sglang(sm103, capsys, monkeypatch):
     assert main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert re.search(
-        r"^sglang_plugin +enabled +- +yes +any +SGLang 0\.5\.23 is verified", out, re.M
+        r"^sglang_plugin +enabled +- +- +yes +any +SGLang 0\.5\.23 is verified", out, re.M
     )
     assert (
         "SGLang plugin: SGLang 0.5.23; entry point fi_patches registered in sglang.srt.plugins; "

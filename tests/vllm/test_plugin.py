@@ -165,6 +165,10 @@ def test_doctor_lists_the_vllm_features(sm103, capsys):
     assert all(p["ok"] for p in route["probes"])
     assert main(["doctor"]) == 0
     table = capsys.readouterr().out
-    # columns: feature, state, flashinfer, in matrix, device, reason
-    assert re.search(r"^vllm_plugin +enabled +- +yes +any +vLLM 0\.34\.0 is verified", table, re.M)
-    assert re.search(r"^vllm_route +enabled +0\.7\.4 +yes +sm_103 +vLLM 0\.34\.0 and", table, re.M)
+    # columns: feature, state, flashinfer, cute dsl, in matrix, device, reason
+    assert re.search(
+        r"^vllm_plugin +enabled +- +- +yes +any +vLLM 0\.34\.0 is verified", table, re.M
+    )
+    assert re.search(
+        r"^vllm_route +enabled +0\.7\.4 +- +yes +sm_103 +vLLM 0\.34\.0 and", table, re.M
+    )
