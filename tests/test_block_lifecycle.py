@@ -125,22 +125,53 @@ def test_preseed_blocks_of_two_threads_interleaved_leave_nothing_behind(pins, bo
     assert lowlat.cached_low_latency(tuner, N, K) == {}
 
 
-def test_route_memos_do_not_grow_with_the_blocks_entered(pins, sm103):
+def _live(kind: str) -> int:
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if type(o).__name__ == kind)
+
+
+@pytest.mark.simulated
+def test_route_memos_do_not_grow_with_the_blocks_entered(pins, simulated):
+    """2,000 blocks, as a server opening one per request would, each routing ``explain`` and
+    ``mm`` calls (``mm`` up to its launch, which fails on CPU): no scope and no memo row
+    outlives its block."""
+    from fi_patches.mxfp8 import mm, routes
+    from tests.mxfp8_inputs import Mxfp8Problem
+
     first, _ = pins
     table = lowlat.table(lowlat.entry(N, K, 5, 8, first))
-    explain(N, K, 6, pins=table)
-    gc.collect()
-    scopes_before = sum(1 for o in gc.get_objects() if type(o).__name__ == "_Scope")
-    for _ in range(300):
-        with fi_patches.pinned_tactics(table):
-            explain(N, K, 6)
-            explain(N, K, 6, pins=table)
-    gc.collect()
-    scopes_after = sum(1 for o in gc.get_objects() if type(o).__name__ == "_Scope")
-    assert scopes_after - scopes_before < 10
-    from fi_patches.mxfp8 import routes
+    t = Mxfp8Problem(N, K, 6).tensors()
 
-    assert routes.memo_size() < 50
+    def route_both(**kwargs: object) -> None:
+        explain(N, K, 6, **kwargs)  # type: ignore[arg-type]
+        with pytest.raises(Exception, match="CUDA"):
+            mm(t["a"], t["b"], t["b_scale"], x_scale=t["a_scale"], **kwargs)  # type: ignore[arg-type]
+
+    route_both(pins=table)
+    scopes_before, rows_before = _live("_Scope"), routes.memo_size()
+    for _ in range(2000):
+        with fi_patches.pinned_tactics(table):
+            route_both()
+            route_both(pins=table)
+    assert _live("_Scope") - scopes_before < 10
+    assert routes.memo_size() <= rows_before + 2
+
+
+def test_route_memos_are_bounded_for_ever_new_tables(pins, sm103):
+    """A long-lived context handed a new table on every call keeps at most ``MEMO_MAX`` routes,
+    and not the tables of the routes it let go."""
+    from fi_patches.mxfp8 import routes
+    from fi_patches.pinning import resolve
+    from fi_patches.pinning.index import MEMO_MAX
+    from fi_patches.pins import PinTable
+
+    first, _ = pins
+    mapping = lowlat.table(lowlat.entry(N, K, 5, 8, first)).to_mapping()
+    made = 2 * (MEMO_MAX + resolve._MEMO_MAX)
+    for _ in range(made):
+        explain(N, K, 6, pins=PinTable.from_mapping(mapping))
+    assert 0 < routes.memo_size() <= MEMO_MAX
+    assert _live("PinTable") < MEMO_MAX + resolve._MEMO_MAX + 10 < made
 
 
 def test_mapping_pins_are_accepted_by_mm_and_explain(pins, sm103):

@@ -114,6 +114,30 @@ def test_mm_hands_each_route_its_pinned_tactic(table, monkeypatch):
 
 
 @pytest.mark.simulated
+def test_a_mapping_given_as_pins_routes_as_its_table(table, monkeypatch):
+    """``pins=`` a mapping (``TableLike``): ``mm`` routes by the table it validates to, call
+    after call (its memo row is keyed by the mapping's content)."""
+    from flashinfer.autotuner import TunableRunner
+
+    calls = []
+    original_call = TunableRunner.__call__
+
+    def call(self, inputs, **kwargs):
+        calls.append((type(self).__name__, cutedsl.nested_tuple(kwargs.get("tactic"))))
+        return original_call(self, inputs, **kwargs)
+
+    monkeypatch.setattr(TunableRunner, "__call__", call)
+    mapping = table.to_mapping()
+    t = Mxfp8Problem(N, K, 100).tensors()
+    for _ in range(2):
+        with pytest.raises(Exception, match="CUDA"):
+            mm(t["a"], t["b"], t["b_scale"], x_scale=t["a_scale"], pins=mapping)
+    pinned = explain(N, K, 100, pins=table).tactic
+    assert calls == [(cutedsl.CLASS, pinned)] * 2
+    assert explain(N, K, 100, pins=mapping).tactic == pinned
+
+
+@pytest.mark.simulated
 def test_bf16_input_is_quantized_by_flashinfer(table, monkeypatch):
     import flashinfer
 

@@ -9,6 +9,7 @@ from typing import Any
 from fi_patches.internals import flashinfer as fi
 from fi_patches.mxfp8.routes import Choice, Route, choice_for
 from fi_patches.pinning import stack
+from fi_patches.pinning.index import Memo
 from fi_patches.pinning.resolve import TableLike, pins_key
 from fi_patches.pins.generation import GENERATION as _GENERATION
 from fi_patches.pins.table import PinTable
@@ -66,7 +67,7 @@ _STOCK = ""
 
 
 def _route_of(
-    shape: Any, weight_shape: Any, out_dtype: Any, pins: Any, memo: dict[Any, Any]
+    shape: Any, weight_shape: Any, out_dtype: Any, pins: Any, memo: Memo
 ) -> tuple[Any, ...]:
     """Choose (:func:`choice_for`) and remember the route for these shapes under ``key``:
     ``(backend, choice, rows, n, flat, flashinfer)``, where ``backend`` is what ``mm_mxfp8``
@@ -86,8 +87,7 @@ def _route_of(
         else _STOCK
     )
     found = (backend, choice, rows, n, len(shape) == 2, flashinfer)
-    memo[(shape, weight_shape, out_dtype, pins_key(pins))] = found
-    return found
+    return memo.remember((shape, weight_shape, out_dtype, pins_key(pins)), found)  # type: ignore[no-any-return]
 
 
 def mm(

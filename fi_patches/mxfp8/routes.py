@@ -17,6 +17,7 @@ from typing import Any
 
 from fi_patches.compat.evaluate import on_refresh, status_of
 from fi_patches.pinning import stack
+from fi_patches.pinning.index import Memo
 from fi_patches.pinning.resolve import TableLike, candidate_tables, pins_key
 from fi_patches.pinning.stack import lookup, lookup_wide
 
@@ -172,7 +173,7 @@ def choice_for(
     memo = _scope_of().memo()
     choices = memo.get(_CHOICES)
     if choices is None:
-        choices = memo.setdefault(_CHOICES, {})
+        choices = memo.remember(_CHOICES, Memo())
     key = (n, k, rows, out_dtype, wide_max, pins_key(pins))
     choice = choices.get(key)
     if choice is None:
@@ -182,7 +183,7 @@ def choice_for(
             if choice is None:
                 choice = _choose(n, k, rows, out_dtype, tables, wide_max)
                 choice.tables = tables
-                choices[key] = choice
+                choices.remember(key, choice)
     return choice
 
 

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from fi_patches.pinning.index import NARROW, PinIndex, Probe, combine, merge
+from fi_patches.pinning.index import NARROW, Memo, PinIndex, Probe, combine, merge
 from fi_patches.pinning.sections import covering
 from fi_patches.pins.generation import GENERATION, bump
 from fi_patches.pins.table import PinTable
@@ -63,7 +63,7 @@ class _Scope:
 
     def __init__(self, blocks: tuple[Block, ...], include_process: bool = True) -> None:
         self.include_process = include_process
-        self.rows: dict[Any, Any] = {}
+        self.rows = Memo()
         """The memo of :meth:`memo` (a hot path may read it directly while ``rows_version`` is
         the pin state's generation)."""
         self.rows_version = -1
@@ -88,12 +88,12 @@ class _Scope:
             self._merged_version = version
         return self._merged
 
-    def memo(self) -> dict[Any, Any]:
+    def memo(self) -> Memo:
         """This scope's memo for the pin state's current generation (routers cache what they
         chose here; it goes with the scope, and is emptied when the generation moves on)."""
         version = GENERATION[0]
         if self.rows_version != version:
-            self.rows = {}
+            self.rows = Memo()
             self.rows_version = version
         return self.rows
 
