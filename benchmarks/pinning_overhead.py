@@ -1,7 +1,10 @@
 """What pinning costs: the low-latency runner's ``get_valid_tactics`` stock vs inside
 ``pinned_tactics()`` (pinned and unpinned problems), pinned by its ``[[low_latency]]`` section
-and by a ``[[pin]]`` entry (the engine's form for any op); entering and leaving a block of a
-1,000-entry lockfile; and the cost of ``import fi_patches``.
+and by a ``[[pin]]`` entry (the engine's form for any op); FlashInfer's tuner lookup while
+serving (``choose_one`` outside tuning, what every call of a tuned op makes) of a pinned key,
+stock vs inside a narrowing and a preseed block of a lockfile recorded from FlashInfer's own
+cache (the tests' op, ``tests/toy_op.py``, on FlashInfer's real tuner); entering and leaving a
+block of a 1,000-entry lockfile; and the cost of ``import fi_patches``.
 
 Runs on CPU with the real FlashInfer (targets sm_103 offline through FI_PATCHES_DEVICE).
 Ratios are against stock FlashInfer measured in the same run, in this thread's CPU time, over
@@ -20,12 +23,16 @@ import sys
 import threading
 import time
 import timeit
+from pathlib import Path
+from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.toy_op
 os.environ.setdefault("FI_PATCHES_DEVICE", "sm_103")
 
 TARGET_UNPINNED = 1.10
 TARGET_PINNED = 1.00
 TARGET_IMPORT_MS = 20.0
+TARGET_LOOKUP = {"narrow": 1.10, "preseed": 1.00}
 
 
 def inputs(n: int, k: int, rows: int) -> list:
@@ -59,6 +66,52 @@ def import_ms(runs: int) -> tuple[float, list[str]]:
         times.append(float(ms))
         loaded.update(m for m in mods.split(",") if m)
     return statistics.median(times), sorted(loaded)
+
+
+def lookup_rows(repeat: int, number: int, timed: Any) -> None:
+    """The serving lookup of a pinned key: ``choose_one`` outside tuning, stock vs inside a
+    narrowing and a preseed block, in alternating rounds (the verdict: the median per-round
+    ratio)."""
+    import flashinfer
+    import pytest
+    from flashinfer.autotuner import AutoTuner
+
+    import fi_patches
+    from fi_patches.pins.record import from_tuner, to_table
+    from tests import toy_op
+
+    monkeypatch = pytest.MonkeyPatch()
+    try:
+        toy_op.start(monkeypatch, 1)  # FlashInfer's tuner, profiling simulated on CPU
+        with flashinfer.autotune(True):
+            toy_op.warm_up()
+        table = to_table(
+            from_tuner(), device="*", flashinfer_version="", source="<tuned>", bucket_of=None
+        )
+        runners, config = toy_op.runners(), toy_op.config()
+        x, w = toy_op.operands(8, toy_op.WEIGHTS[0])
+        tuner = AutoTuner.get()
+
+        def lookup() -> Any:
+            return tuner.choose_one(toy_op.OP, runners, config, [x, w])
+
+        rounds: dict[str, list[float]] = {"stock": [], "narrow": [], "preseed": []}
+        for _ in range(repeat):
+            rounds["stock"].append(timed(lookup))
+            for mode in ("narrow", "preseed"):
+                with fi_patches.pinned_tactics(table, mode=mode):
+                    rounds[mode].append(timed(lookup))
+    finally:
+        monkeypatch.undo()
+    stock = min(rounds["stock"])
+    for mode in ("narrow", "preseed"):
+        ratio = statistics.median(o / s for o, s in zip(rounds[mode], rounds["stock"], strict=True))
+        target = TARGET_LOOKUP[mode]
+        print(
+            f"{'serving lookup (choose_one), ' + mode + ' block':<46}{stock:>10.2f}"
+            f"{min(rounds[mode]):>15.2f}{min(rounds[mode]) / stock:>7.2f}{ratio:>8.3f}"
+            f"{'<=' + format(target, '.2f'):>9}  {'yes' if ratio <= target else 'NO'}"
+        )
 
 
 def main() -> int:
@@ -258,6 +311,8 @@ def main() -> int:
             f"{name:<46}{stock:>10.2f}{ours:>15.2f}{ours / stock:>7.2f}{ratio:>8.3f}"
             f"{limit:>9}  {ok}"
         )
+    print()
+    lookup_rows(args.repeat, args.number, timed)
     with fi_patches.pinned_tactics(lockfile):  # checked once; every later entry reuses that
         pass
     enter_exit = []

@@ -1,0 +1,212 @@
+"""What a lockfile costs FlashInfer's own Hopper runners on a GPU: ``get_valid_tactics`` of the
+runner of ``mm_bf16`` (cuDNN, cuBLASLt) and ``bmm_fp8`` (cuBLAS, cuDNN), stock vs inside
+``pinned_tactics(lockfile)``, for a key the lockfile pins and for one it does not (another
+weight of the same runner, the unpinned problem of a pinned runner); and the host time of a
+serving call of the op itself (its tuner lookup and launch, the GPU left to run), stock vs
+inside a narrowing and a preseed block.
+
+The lockfile is what users make: one ``autotune(True, cache=...)`` of each op at 8 rows of a
+(4096, 4096) weight, then ``python -m fi_patches pins record``. The runner and its inputs are
+the ones FlashInfer's ``choose_one`` is handed for that call (read by a pass-through wrapper of
+this script's own, removed before timing). Ratios are against the stock call measured in the
+same run: alternating rounds, this thread's CPU time, the median of per-round ratios.
+Needs a CUDA GPU FlashInfer serves these ops on (sm_90 and newer):
+    python benchmarks/pinning_overhead_hopper.py [--rounds 101] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import timeit
+from pathlib import Path
+from typing import Any
+
+OPS = ("mm_bf16:cudnn", "mm_bf16:cublaslt", "bmm_fp8:cublas", "bmm_fp8:cudnn")
+PINNED, UNPINNED = (4096, 4096), (2048, 4096)  # (n, k): the recorded weight, another one
+ROWS = 8
+TARGET_UNPINNED, TARGET_PINNED = 1.10, 1.00
+TARGET_SERVING = {"narrow": 1.02, "preseed": 1.02}
+"""A serving call's host time under a block: within this of stock's."""
+
+
+def _operands(torch: Any, op: str, rows: int, n: int, k: int) -> tuple[Any, Any]:
+    if op == "mm_bf16":
+        a = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+        return a, torch.randn(n, k, device="cuda", dtype=torch.bfloat16).t()
+    a = (torch.randn(1, rows, k, device="cuda") / 4).to(torch.float8_e4m3fn)
+    w = (torch.randn(1, n, k, device="cuda") / 4).to(torch.float8_e4m3fn)
+    return a, w.transpose(-2, -1)
+
+
+def _call(flashinfer: Any, torch: Any, op: str, backend: str, a: Any, w: Any) -> Any:
+    if op == "mm_bf16":
+        return flashinfer.mm_bf16(a, w, backend=backend)
+    one = torch.ones((), device="cuda", dtype=torch.float32)
+    return flashinfer.bmm_fp8(a, w, one, one, torch.bfloat16, backend=backend)
+
+
+def _handed(flashinfer: Any, torch: Any, op: str, backend: str, n: int, k: int) -> tuple[Any, Any]:
+    """The first runner and the inputs ``choose_one`` is handed for one call of ``op``."""
+    from flashinfer.autotuner import AutoTuner
+
+    seen: list[tuple[Any, Any]] = []
+    original = AutoTuner.choose_one
+
+    def spy(self: Any, custom_op: Any, runners: Any, config: Any, inputs: Any, **kw: Any) -> Any:
+        seen.append((runners[0], list(inputs)))
+        return original(self, custom_op, runners, config, inputs, **kw)
+
+    AutoTuner.choose_one = spy  # type: ignore[method-assign]
+    try:
+        _call(flashinfer, torch, op, backend, *_operands(torch, op, ROWS, n, k))
+    finally:
+        AutoTuner.choose_one = original  # type: ignore[method-assign]
+    return seen[0]
+
+
+def _lockfile(flashinfer: Any, torch: Any, name: str, folder: Path) -> Path:
+    op, backend = name.split(":")
+    cache, lock = folder / f"{op}_{backend}.json", folder / f"{op}_{backend}.toml"
+    flashinfer.autotuner.AutoTuner.get().clear_cache()
+    with flashinfer.autotune(True, cache=str(cache)):
+        _call(flashinfer, torch, op, backend, *_operands(torch, op, ROWS, *PINNED))
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "fi_patches",
+            "pins",
+            "record",
+            "--from",
+            str(cache),
+            "--out",
+            str(lock),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return lock
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--rounds", type=int, default=101)
+    parser.add_argument(
+        "--out", default=None, help="folder for the lockfiles (default: a temp one)"
+    )
+    args = parser.parse_args()
+
+    import flashinfer
+    import torch
+
+    import fi_patches
+
+    if not torch.cuda.is_available():
+        print("needs a CUDA GPU")
+        return 0
+    folder = Path(args.out or tempfile.mkdtemp())
+    folder.mkdir(parents=True, exist_ok=True)
+    print(
+        f"FlashInfer {flashinfer.__version__}, {torch.cuda.get_device_name()}, get_valid_tactics "
+        f"of each op's runner at {ROWS} rows, thread CPU time, {args.rounds} alternating rounds; "
+        "us: best round; ratio: median of per-round ratios (verdict)"
+    )
+    print(f"{'op':<18}{'runner':<26}{'case':<10}{'stock us':>10}{'pinned us':>11}{'ratio':>8}  ok")
+    for name in OPS:
+        op, backend = name.split(":")
+        try:
+            lock = _lockfile(flashinfer, torch, name, folder)
+            table = fi_patches.PinTable.from_file(lock)
+            runner, pinned = _handed(flashinfer, torch, op, backend, *PINNED)
+            _, unpinned = _handed(flashinfer, torch, op, backend, *UNPINNED)
+        except Exception as exc:
+            print(f"{name:<18}{'-':<26}{'-':<10}  not measured: {type(exc).__name__}: {exc}"[:300])
+            continue
+        stock_list = list(runner.get_valid_tactics(pinned, None))
+        with fi_patches.pinned_tactics(table):
+            offered = list(runner.get_valid_tactics(pinned, None))
+        number = max(1, int(2e-3 / max(1e-7, _once(runner, pinned))))
+        for case, inputs, target in (
+            ("pinned", pinned, TARGET_PINNED),
+            ("unpinned", unpinned, TARGET_UNPINNED),
+        ):
+            stock, ours, ratios = float("inf"), float("inf"), []
+            for _ in range(args.rounds):
+                s = _timed(runner, inputs, number)
+                with fi_patches.pinned_tactics(table):
+                    o = _timed(runner, inputs, number)
+                stock, ours = min(stock, s), min(ours, o)
+                ratios.append(o / s)
+            ratio = statistics.median(ratios)
+            ok = "yes" if ratio <= target else "NO"
+            print(
+                f"{name:<18}{type(runner).__name__:<26}{case:<10}{stock * 1e6:>10.2f}"
+                f"{ours * 1e6:>11.2f}{ratio:>8.3f}  {ok} (<= {target:.2f})"
+            )
+        a, w = _operands(torch, op, ROWS, *PINNED)
+        calls = max(1, int(2e-3 / max(1e-7, _once_call(flashinfer, torch, op, backend, a, w))))
+        stock_rounds: list[float] = []
+        rounds: dict[str, list[float]] = {"narrow": [], "preseed": []}
+        for _ in range(args.rounds):
+            stock_rounds.append(_timed_calls(flashinfer, torch, op, backend, a, w, calls))
+            for mode in rounds:
+                with fi_patches.pinned_tactics(table, mode=mode):
+                    rounds[mode].append(_timed_calls(flashinfer, torch, op, backend, a, w, calls))
+        for mode, values in rounds.items():
+            ratio = statistics.median(o / s for o, s in zip(values, stock_rounds, strict=True))
+            target = TARGET_SERVING[mode]
+            print(
+                f"{name:<18}{op + ' call':<26}{mode:<10}{min(stock_rounds) * 1e6:>10.2f}"
+                f"{min(values) * 1e6:>11.2f}{ratio:>8.3f}  "
+                f"{'yes' if ratio <= target else 'NO'} (<= {target:.2f})"
+            )
+        print(
+            f"{'':<18}{'':<26}offered in the block for the pinned key: {len(offered)} of "
+            f"{len(stock_list)} stock tactics ({len(table.entries('pin'))} [[pin]] entries)"
+        )
+    return 0
+
+
+def _once(runner: Any, inputs: Any) -> float:
+    start = time.perf_counter()
+    runner.get_valid_tactics(inputs, None)
+    return time.perf_counter() - start
+
+
+def _once_call(flashinfer: Any, torch: Any, op: str, backend: str, a: Any, w: Any) -> float:
+    _call(flashinfer, torch, op, backend, a, w)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    _call(flashinfer, torch, op, backend, a, w)
+    took = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return took
+
+
+def _timed_calls(
+    flashinfer: Any, torch: Any, op: str, backend: str, a: Any, w: Any, number: int
+) -> float:
+    """Host CPU time per call of ``number`` serving calls (the GPU drained before and after)."""
+    torch.cuda.synchronize()
+    clock = timeit.Timer(
+        lambda: _call(flashinfer, torch, op, backend, a, w), timer=time.thread_time
+    )
+    took = clock.timeit(number=number) / number
+    torch.cuda.synchronize()
+    return took
+
+
+def _timed(runner: Any, inputs: Any, number: int) -> float:
+    clock = timeit.Timer(lambda: runner.get_valid_tactics(inputs, None), timer=time.thread_time)
+    return clock.timeit(number=number) / number
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
