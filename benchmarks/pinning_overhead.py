@@ -32,7 +32,6 @@ os.environ.setdefault("FI_PATCHES_DEVICE", "sm_103")
 TARGET_UNPINNED = 1.10
 TARGET_PINNED = 1.00
 TARGET_IMPORT_MS = 20.0
-TARGET_LOOKUP = {"narrow": 1.10, "preseed": 1.00}
 
 
 def inputs(n: int, k: int, rows: int) -> list:
@@ -70,8 +69,10 @@ def import_ms(runs: int) -> tuple[float, list[str]]:
 
 def lookup_rows(repeat: int, number: int, timed: Any) -> None:
     """The serving lookup of a pinned key: ``choose_one`` outside tuning, stock vs inside a
-    narrowing and a preseed block, in alternating rounds (the verdict: the median per-round
-    ratio)."""
+    narrowing and a preseed block, in alternating rounds (the median per-round ratio). For
+    reference, with no target: the lookup is a part of a serving call (its target is on the
+    whole call, ``pinning_overhead_hopper.py`` on a GPU), and a narrowing block adds its one
+    memo lookup to it, a preseed block answers in its place."""
     import flashinfer
     import pytest
     from flashinfer.autotuner import AutoTuner
@@ -86,7 +87,11 @@ def lookup_rows(repeat: int, number: int, timed: Any) -> None:
         with flashinfer.autotune(True):
             toy_op.warm_up()
         table = to_table(
-            from_tuner(), device="*", flashinfer_version="", source="<tuned>", bucket_of=None
+            from_tuner(),
+            device="*",
+            flashinfer_version=flashinfer.__version__,
+            source="<tuned>",
+            bucket_of=None,
         )
         runners, config = toy_op.runners(), toy_op.config()
         x, w = toy_op.operands(8, toy_op.WEIGHTS[0])
@@ -106,11 +111,10 @@ def lookup_rows(repeat: int, number: int, timed: Any) -> None:
     stock = min(rounds["stock"])
     for mode in ("narrow", "preseed"):
         ratio = statistics.median(o / s for o, s in zip(rounds[mode], rounds["stock"], strict=True))
-        target = TARGET_LOOKUP[mode]
         print(
             f"{'serving lookup (choose_one), ' + mode + ' block':<46}{stock:>10.2f}"
             f"{min(rounds[mode]):>15.2f}{min(rounds[mode]) / stock:>7.2f}{ratio:>8.3f}"
-            f"{'<=' + format(target, '.2f'):>9}  {'yes' if ratio <= target else 'NO'}"
+            f"{'-':>9}  -"
         )
 
 

@@ -9,7 +9,7 @@ Entries keep the priority of the tables they came from (innermost block first); 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,6 +100,16 @@ def _free(pattern: ShapePattern) -> tuple[Any, ...]:
     return tuple(tuple(d is None for d in shape) for shape in pattern.fixed())
 
 
+class _EveryOp:
+    """Holds every op (what a section serving any op serves)."""
+
+    def __contains__(self, op: object) -> bool:
+        return True
+
+
+EVERY_OP = _EveryOp()
+
+
 class Memo(dict[Any, Any]):
     """A dict that starts again past :data:`MEMO_MAX` rows (keys name calls, and a server makes
     calls of ever new row counts)."""
@@ -127,6 +137,7 @@ class PinIndex:
         "rank",
         "section_ops",
         "sections",
+        "served",
         "silenced",
     )
 
@@ -137,6 +148,8 @@ class PinIndex:
         """Ops of ``[[pin]]`` entries."""
         self.section_ops: frozenset[str | None] = frozenset()
         """Ops the sections with entries serve (None: any op)."""
+        self.served: Container[str] = frozenset()
+        """The ops a pin here may apply to (every op, where a section serves any)."""
         self.silenced: dict[str, list[Specialization]] = {}
         """Runner class -> the specializations whose pins silence it."""
         self.modes: dict[int, str] = {}
@@ -150,10 +163,6 @@ class PinIndex:
         self.probes: dict[str, dict[int, Probe]] = {}
         """Runner class -> per input-list length, the :data:`Probe` that every call pinned or
         silenced here passes and most other calls fail (see :mod:`fi_patches.pinning.stack`)."""
-
-    def serves_op(self, op: str) -> bool:
-        """Whether a pin here may apply to a call of ``op``."""
-        return op in self.ops or None in self.section_ops or op in self.section_ops
 
 
 _merged: dict[tuple[tuple[Any, str], ...], PinIndex] = {}
@@ -215,6 +224,7 @@ def _merge(tables: Sequence[tuple[Any, str]]) -> PinIndex:
         for name in spec.silences:
             index.silenced.setdefault(name, []).append(spec)
     index.section_ops = frozenset(section_ops)
+    index.served = EVERY_OP if None in section_ops else index.ops | {op for op in section_ops if op}
     index.probes = _probes(index)
     index.modes = {k: v for k, v in index.modes.items() if v == PRESEED}
     return index

@@ -44,7 +44,9 @@ _verdicts: weakref.WeakKeyDictionary[type, dict[tuple[Any, ...], bool]] = (
 def signature(inputs: Sequence[Any]) -> tuple[Any, ...]:
     """What a decision about a call depends on of its inputs: each tensor's shape and dtype,
     any other input itself (the key a wrapper remembers its decision under)."""
-    return tuple([(x.shape, x.dtype) if hasattr(x, "shape") else x for x in inputs])
+    return tuple(
+        [x if (shape := getattr(x, "shape", None)) is None else (shape, x.dtype) for x in inputs]
+    )
 
 
 def dtypes(inputs: Sequence[Any] | None) -> tuple[Any, ...]:

@@ -23,23 +23,13 @@ from fi_patches._logging import get_logger, log_once
 from fi_patches.internals import tuner as fi_tuner
 from fi_patches.pinning import stack
 from fi_patches.pinning.index import PRESEED
-from fi_patches.pinning.serving import Listing, serving_pin, signature, stock_tactics
+from fi_patches.pinning.serving import Listing, serving_pin, stock_tactics
 from fi_patches.pinning.tuning_calls import CALL
 from fi_patches.pins.keys import as_tactic
 
 logger = get_logger(__name__)
 
 _MISS = (False, 0, -1, None)
-_POSITIONAL = ("runners", "input_shapes", "tuning_config", "inputs")
-
-
-def _arguments(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any, Any, Any]:
-    """``(runners, input_shapes, tuning_config, inputs)`` of a ``search_cache`` call."""
-    runners = args[0] if args else kwargs["runners"]
-    shapes = args[1] if len(args) > 1 else kwargs["input_shapes"]
-    config = args[2] if len(args) > 2 else kwargs["tuning_config"]
-    inputs = args[3] if len(args) > 3 else kwargs.get("inputs")
-    return runners, shapes, config, inputs
 
 
 def _listing(tuner: Any, inputs: Any, profile: Any) -> Listing | None:
@@ -61,56 +51,88 @@ def _listing(tuner: Any, inputs: Any, profile: Any) -> Listing | None:
 
 
 def _serving(
-    tuner: Any, index: Any, op: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
-) -> tuple[Any, bool]:
-    """The pin serving a lookup (:func:`serving_pin`), and whether it was decided before: a
-    lookup while serving is decided once per index, runners and call signature, as the server
-    makes the same calls again and again; one while tuning every time."""
-    runners, shapes, config, inputs = _arguments(args, kwargs)
-    call = CALL.get()
-    if call is not None and call.op == op:
-        call.config = config  # the config FlashInfer applied its overrides to
-    profile = kwargs.get("validation_profile")
-    key = None
-    if profile is None and inputs is not None and not fi_tuner.is_tuning(tuner):
+    tuner: Any,
+    index: Any,
+    op: Any,
+    runners: Any,
+    shapes: Any,
+    config: Any,
+    inputs: Any,
+    profile: Any,
+) -> Any:
+    """The pin serving a lookup (:func:`serving_pin`): a lookup while serving is decided once
+    per index, runners and call signature, as the server makes the same calls again and again;
+    one while tuning every time."""
+    if profile is None and not fi_tuner.is_tuning(tuner):  # a serving lookup, as choose_one's
+        if inputs is None:
+            return None  # a lookup without tensors: no pin can be checked, FlashInfer answers
+        listed = tuple(runners)
         try:
-            key = ("lookup", op, tuple(map(id, runners)), shapes, signature(inputs))
+            key = (
+                op,
+                tuple(map(id, listed)),
+                shapes,
+                tuple([getattr(x, "dtype", x) for x in inputs]),
+            )
             known = index.answers.get(key)
         except TypeError:  # shapes or an input that do not hash: decided afresh
             key, known = None, None
-        if known is not None and all(a is b for a, b in zip(known[0], runners, strict=True)):
-            return known[1], True
-    pinned = serving_pin(
+        if known is not None and known[0] == listed:  # the very runners (their ids' owners)
+            return known[1]
+        pinned = serving_pin(
+            index, op, listed, inputs, shapes, tuner, config, _listing(tuner, inputs, None)
+        )
+        if key is not None:
+            index.answers.remember(key, (listed, pinned))
+        return pinned
+    call = CALL.get()
+    if call is not None and call.op == op:
+        call.config = config  # the config FlashInfer applied its overrides to
+    return serving_pin(
         index, op, runners, inputs, shapes, tuner, config, _listing(tuner, inputs, profile)
     )
-    if key is not None:
-        index.answers.remember(key, (tuple(runners), pinned))
-    return pinned, False
 
 
 def search_cache_replacement(original: Any, gate: Any) -> Any:
-    """``AutoTuner.search_cache`` as the module docstring says."""
+    """``AutoTuner.search_cache`` as the module docstring says, taking FlashInfer's own
+    parameters (a lookup is on every serving call of a tuned op: nothing is packed again)."""
 
     @functools.wraps(original)
-    def search_cache(self: Any, custom_op: Any, *args: Any, **kwargs: Any) -> Any:
+    def search_cache(
+        self: Any,
+        custom_op: Any,
+        runners: Any,
+        input_shapes: Any,
+        tuning_config: Any,
+        inputs: Any = None,
+        **kwargs: Any,
+    ) -> Any:
         try:
             index = stack.current_index() if gate.active else None
-            pinned, decided = None, False
-            if index is not None and index.serves_op(custom_op):
-                pinned, decided = _serving(self, index, custom_op, args, kwargs)
+            pinned = None
+            if index is not None and custom_op in index.served:
+                pinned = _serving(
+                    self,
+                    index,
+                    custom_op,
+                    runners,
+                    input_shapes,
+                    tuning_config,
+                    inputs,
+                    kwargs.get("validation_profile"),
+                )
         except Exception:
             _surprise()
-            pinned, decided = None, False
+            pinned = None
         if pinned is None:
-            return original(self, custom_op, *args, **kwargs)
+            return original(self, custom_op, runners, input_shapes, tuning_config, inputs, **kwargs)
         position, entry, tactic, _ = pinned
         if index is not None and index.modes.get(id(entry)) == PRESEED:
             return (True, position, tactic, None)
-        if decided:  # a narrowing pin while serving: FlashInfer's answer, checked once already
-            return original(self, custom_op, *args, **kwargs)
-        result = original(self, custom_op, *args, **kwargs)
+        result = original(self, custom_op, runners, input_shapes, tuning_config, inputs, **kwargs)
         try:
-            return _checked(self, result, position, tactic, custom_op, args, kwargs, original)
+            call = (runners, input_shapes, tuning_config, inputs, kwargs)
+            return _checked(self, result, position, tactic, custom_op, call, original)
         except Exception:
             _surprise()
             return result
@@ -124,21 +146,24 @@ def _checked(
     position: int,
     tactic: Any,
     op: Any,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
+    call: tuple[Any, Any, Any, Any, dict[str, Any]],
     original: Any,
 ) -> Any:
     """FlashInfer's ``result`` for a key pinned by a narrowing block."""
-    if result[0] and result[1] == position and as_tactic(result[2]) == tactic:
+    if (
+        result[0]
+        and result[1] == position
+        and (
+            result[2] == tactic or as_tactic(result[2]) == tactic  # a file's list: as a tuple
+        )
+    ):
         return result
     tuning = fi_tuner.is_tuning(tuner)
     if not result[0]:
         return result
-    runners, shapes, config, inputs = _arguments(args, kwargs)
+    runners, shapes, config, inputs, kwargs = call
     if result[1] != position:  # another runner's winner came first: the pinned runner's own
-        rest = {k: v for k, v in kwargs.items() if k not in _POSITIONAL}
-        rest["inputs"] = inputs
-        alone = original(tuner, op, [runners[position]], shapes, config, **rest)
+        alone = original(tuner, op, [runners[position]], shapes, config, inputs, **kwargs)
         if alone[0] and as_tactic(alone[2]) == tactic:
             return (True, position, alone[2], alone[3])
     if tuning:
