@@ -72,11 +72,12 @@ def search(
     runner: Any,
     inputs: Sequence[Any],
     profile: Any,
-    listing: Callable[[], Sequence[Any]],
+    stock: tuple[Any, tuple[Any, ...], dict[str, Any]],
 ) -> Offer | None:
     """What a call of runner class ``name`` is offered in this context (see :data:`Offer`), or
-    None for the stock list (also once the wrapper's patch is reverted). ``listing()`` is the
-    runner's stock list for the call, asked once per call key to check a pin."""
+    None for the stock list (also once the wrapper's patch is reverted). ``stock`` is
+    ``(method, args, kwargs)``: FlashInfer's own method and the call's further arguments, asked
+    for the stock list where a pin is checked (once per call key)."""
     index = stack.current_index() if gate.active else None
     if index is None:  # another context's pin, or none while pins are suspended
         return None
@@ -108,7 +109,10 @@ def search(
         key, known = None, None
     if known is not None and known[0] is runner:
         return known[1]  # type: ignore[no-any-return]
-    offer = _direct(index, name, runner, inputs, listing)
+    method, args, kwargs = stock
+    offer = _direct(
+        index, name, runner, inputs, lambda: method(runner, inputs, profile, *args, **kwargs)
+    )
     if key is not None:
         index.answers.remember(key, (runner, offer))
     return offer
@@ -161,7 +165,7 @@ def valid_tactics_replacement(name: str) -> Any:
                     runner,
                     inputs,
                     profile,
-                    lambda: original(runner, inputs, profile, *args, **kwargs),
+                    (original, args, kwargs),
                 )
             except Exception:
                 _unreadable(name)
