@@ -189,13 +189,12 @@ def main() -> int:
     stock_method = vars(runner_class)["get_valid_tactics"]
     pinned_shapes = frozenset({pinned_inputs[1].shape})
 
-    def floor(self, inputs, profile=None, *args, **kwargs):
+    def floor(self, inputs, profile):
         # The least any wrapper of the method costs (for reference, installed only in this
-        # benchmark): it reads the weight's shape, tests it against a set, calls FlashInfer.
+        # benchmark): FlashInfer's parameters, it reads the weight's shape, tests it against a
+        # set, calls FlashInfer.
         if inputs[1].shape in pinned_shapes:
             pass
-        if args or kwargs:
-            return stock_method(self, inputs, profile, *args, **kwargs)
         return stock_method(self, inputs, profile)
 
     def timed(fn) -> float:
