@@ -157,6 +157,42 @@ def test_route_memos_do_not_grow_with_the_blocks_entered(pins, simulated):
     assert routes.memo_size() <= rows_before + 2
 
 
+def test_a_class_wrapped_again_gets_its_wrapper_back_and_its_original_after(pinning, sm103):
+    """A block entered per request wraps each live runner class again: it gets the wrapper it
+    had (nothing rebuilt), and every exit leaves FlashInfer's own function in place."""
+    from flashinfer.autotuner import TunableRunner
+
+    from fi_patches.pins import PinTable
+    from tests import toy_op
+
+    class ToyRewrappedRunner(TunableRunner):
+        def get_valid_tactics(self, inputs: object, profile: object) -> list[int]:
+            return [1, 2]
+
+        def forward(self, inputs: object, tactic: object = -1, **kw: object) -> object:
+            return None
+
+    entry = {
+        "op": toy_op.OP,
+        "runner": "ToyRewrappedRunner",
+        "shapes": [["rows", toy_op.K], [toy_op.K, toy_op.WEIGHTS[0]]],
+        "min_rows": 1,
+        "max_rows": 8,
+        "tactic": 2,
+    }
+    table = PinTable.from_mapping(
+        {"meta": {"device": "*", "flashinfer": "*"}, "pin": [entry]}, source="lock.toml"
+    )
+    own = vars(ToyRewrappedRunner)["get_valid_tactics"]
+    wrappers = []
+    for _ in range(3):
+        with fi_patches.pinned_tactics(table):
+            wrappers.append(vars(ToyRewrappedRunner)["get_valid_tactics"])
+        assert vars(ToyRewrappedRunner)["get_valid_tactics"] is own
+    assert wrappers[0] is not own
+    assert wrappers[0] is wrappers[1] is wrappers[2]
+
+
 def test_route_memos_are_bounded_for_ever_new_tables(pins, sm103):
     """A long-lived context handed a new table on every call keeps at most ``MEMO_MAX`` routes,
     and not the tables of the routes it let go."""

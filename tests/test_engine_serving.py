@@ -315,3 +315,27 @@ def test_remembered_decisions_are_bounded(engine):
             x, w = toy_op.operands(1, N)
             runner.get_valid_tactics([x.expand(rows, toy_op.K), w], None)
         assert 0 < len(index.answers) <= MEMO_MAX
+
+
+def test_remembered_decisions_let_their_runners_and_classes_go(engine, monkeypatch):
+    """Before 0.7.4 FlashInfer builds a runner class per call: a decision remembered for a
+    runner (a direct call or a serving lookup) must not keep it, or its class, alive."""
+    import gc
+    import weakref
+
+    from flashinfer.autotuner import AutoTuner
+
+    entry = {**_entry("ToyCountingRunner", 4), "extras": "(torch.float32,)"}
+    toy_op.start(monkeypatch, 34)
+    x, w = toy_op.operands(ROWS, N)
+    tuner = AutoTuner.get()
+    gone: list[weakref.ref[Any]] = []
+    with fi_patches.pinned_tactics(_table(entry), mode="preseed"):
+        for _ in range(3):
+            runner = _counting_runner([])
+            assert runner.get_valid_tactics([x, w], None) == [4]
+            assert tuner.choose_one(toy_op.OP, [runner], toy_op.config(), [x, w])[1] == 4
+            gone += [weakref.ref(runner), weakref.ref(type(runner))]
+            del runner
+        gc.collect()
+        assert [ref() for ref in gone] == [None] * len(gone)

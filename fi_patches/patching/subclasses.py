@@ -108,6 +108,9 @@ def _watch(base: type) -> _SubclassWatch:
     return watch
 
 
+_PRUNE_MIN = 64
+"""How many wrapped classes :class:`RunnerMethodPatch` lists before it drops the dead ones."""
+
 STOCK = "__fi_patches_stock__"
 """The attribute of a wrapper :class:`RunnerMethodPatch` installs that holds the method it
 wraps (so a caller can reach FlashInfer's own answer past it)."""
@@ -136,7 +139,11 @@ class RunnerMethodPatch:
         self.active = False
         self.names: set[str] = set()
         self._patched: list[tuple[weakref.ref[type], Any, Any]] = []
+        self._prune_at = _PRUNE_MIN
         self._wrapped: weakref.WeakSet[type] = weakref.WeakSet()
+        # The wrapper made for each class, kept across revert and apply: a class wrapped again
+        # gets the same wrapper (inert while this patch is not active), not a new one.
+        self._made: weakref.WeakKeyDictionary[type, tuple[Any, Any]] = weakref.WeakKeyDictionary()
 
     def describe(self) -> str:
         return f"{self.base.__module__}.<runner classes>.{self.method}"
@@ -166,11 +173,20 @@ class RunnerMethodPatch:
             if not callable(original):
                 self._wrapped.add(cls)
                 return
-            installed = self.make(cls.__name__)(original, self)
-            setattr(installed, STOCK, original)
+            made = self._made.get(cls)
+            if made is not None and made[0] is original:
+                installed = made[1]
+            else:
+                installed = self.make(cls.__name__)(original, self)
+                setattr(installed, STOCK, original)
+                self._made[cls] = (original, installed)
             type.__setattr__(cls, self.method, installed)
             self._wrapped.add(cls)
-            self._patched = [entry for entry in self._patched if entry[0]() is not None]
+            if len(self._patched) >= self._prune_at:
+                # Dropped in bulk, not on every add: before 0.7.4 FlashInfer builds a class per
+                # call, so thousands may be wrapped while a block is open.
+                self._patched = [entry for entry in self._patched if entry[0]() is not None]
+                self._prune_at = max(_PRUNE_MIN, 2 * len(self._patched))
             self._patched.append((weakref.ref(cls), own, installed))
 
     def apply(self) -> None:
@@ -206,6 +222,7 @@ class RunnerMethodPatch:
                         self.method,
                     )
             self._patched = []
+            self._prune_at = _PRUNE_MIN
             self._wrapped = weakref.WeakSet()
             self.names = set()
 

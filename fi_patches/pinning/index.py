@@ -9,6 +9,7 @@ Entries keep the priority of the tables they came from (innermost block first); 
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -110,6 +111,10 @@ class _EveryOp:
 EVERY_OP = _EveryOp()
 
 
+MISS = object()
+"""What :meth:`Memo.recall` returns for a call it does not remember."""
+
+
 class Memo(dict[Any, Any]):
     """A dict that starts again past :data:`MEMO_MAX` rows (keys name calls, and a server makes
     calls of ever new row counts)."""
@@ -119,6 +124,30 @@ class Memo(dict[Any, Any]):
             self.clear()
         self[key] = value
         return value
+
+    def keep(self, key: Any, owners: tuple[Any, ...], value: Any) -> None:
+        """Remember ``value`` for ``key``, which names ``owners`` by id, holding them weakly:
+        a runner a row names stays free to go (before 0.7.4 FlashInfer builds one, and its
+        class, per call)."""
+        try:
+            refs = tuple([weakref.ref(owner) for owner in owners])
+        except TypeError:  # an owner that takes no weak reference: not remembered
+            return
+        self.remember(key, (refs, value))
+
+    def recall(self, key: Any, owners: tuple[Any, ...]) -> Any:
+        """The value kept for ``key`` if ``owners`` are the very objects it was kept for (an id
+        outlives its object), else :data:`MISS`."""
+        row = self.get(key)
+        if row is None:
+            return MISS
+        refs = row[0]
+        if len(refs) != len(owners):
+            return MISS
+        for ref, owner in zip(refs, owners, strict=True):
+            if ref() is not owner:
+                return MISS
+        return row[1]
 
 
 MEMO_MAX = 4096

@@ -93,11 +93,22 @@ def _wrap_runners(runners: Iterable[Any]) -> None:
             patch.add_class(type(runner))
 
 
+_runner_patch: list[RunnerMethodPatch] = []
+"""The one runner wrapper patch, reused by every installation: a runner class wrapped again
+keeps the wrapper it had (before 0.7.4 FlashInfer builds a class per call, and a block entered
+per request would otherwise build a wrapper for each live class every time)."""
+
+
+def _runner_method_patch() -> RunnerMethodPatch:
+    base, method = fi_tuner.tunable_runner(), fi_tuner.RUNNER_VALID_TACTICS.name
+    if not _runner_patch or _runner_patch[0].base is not base or _runner_patch[0].method != method:
+        _runner_patch[:] = [RunnerMethodPatch(base, method, valid_tactics_replacement)]
+    return _runner_patch[0]
+
+
 def _build() -> PatchSet:
     tuner_class = fi_tuner.autotuner_class()
-    runners = RunnerMethodPatch(
-        fi_tuner.tunable_runner(), fi_tuner.RUNNER_VALID_TACTICS.name, valid_tactics_replacement
-    )
+    runners = _runner_method_patch()
     patches = PatchSet(
         [
             AttributePatch(tuner_class, fi_tuner.SEARCH_CACHE.name, search_cache_replacement),

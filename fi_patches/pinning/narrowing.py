@@ -19,7 +19,7 @@ from typing import Any
 
 from fi_patches._logging import get_logger, log_once
 from fi_patches.pinning import stack
-from fi_patches.pinning.index import ClassPins, PinIndex, direct_hit, section_hit
+from fi_patches.pinning.index import MISS, ClassPins, PinIndex, direct_hit, section_hit
 from fi_patches.pinning.serving import (
     Found,
     dtypes,
@@ -104,17 +104,17 @@ def search(
     # other input itself): remembered per index, so a repeated call reads only those.
     try:
         key = (id(runner), signature(inputs))
-        known = index.answers.get(key)
+        known = index.answers.recall(key, (runner,))
     except TypeError:  # an input that does not hash: decided afresh
-        key, known = None, None
-    if known is not None and known[0] is runner:
-        return known[1]  # type: ignore[no-any-return]
+        key, known = None, MISS
+    if known is not MISS:
+        return known  # type: ignore[no-any-return]
     method, args, kwargs = stock
     offer = _direct(
         index, name, runner, inputs, lambda: method(runner, inputs, profile, *args, **kwargs)
     )
     if key is not None:
-        index.answers.remember(key, (runner, offer))
+        index.answers.keep(key, (runner,), offer)
     return offer
 
 

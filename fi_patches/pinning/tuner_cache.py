@@ -22,7 +22,7 @@ from typing import Any
 from fi_patches._logging import get_logger, log_once
 from fi_patches.internals import tuner as fi_tuner
 from fi_patches.pinning import stack
-from fi_patches.pinning.index import PRESEED
+from fi_patches.pinning.index import MISS, PRESEED
 from fi_patches.pinning.serving import Listing, serving_pin, stock_tactics
 from fi_patches.pinning.tuning_calls import CALL
 from fi_patches.pins.keys import as_tactic
@@ -74,16 +74,16 @@ def _serving(
                 shapes,
                 tuple([getattr(x, "dtype", x) for x in inputs]),
             )
-            known = index.answers.get(key)
+            known = index.answers.recall(key, listed)
         except TypeError:  # shapes or an input that do not hash: decided afresh
-            key, known = None, None
-        if known is not None and known[0] == listed:  # the very runners (their ids' owners)
-            return known[1]
+            key, known = None, MISS
+        if known is not MISS:
+            return known
         pinned = serving_pin(
             index, op, listed, inputs, shapes, tuner, config, _listing(tuner, inputs, None)
         )
         if key is not None:
-            index.answers.remember(key, (listed, pinned))
+            index.answers.keep(key, listed, pinned)
         return pinned
     call = CALL.get()
     if call is not None and call.op == op:
