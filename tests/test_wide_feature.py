@@ -102,6 +102,29 @@ def test_flashinfer_tunes_the_wide_runner_and_serves_the_pin(wide, simulated, tu
 
 
 @pytest.mark.simulated
+def test_a_lookup_while_tuning_that_names_no_profile_checks_the_pin_on_the_bucket(
+    wide, simulated, tuner
+):
+    """FlashInfer 0.7.0's tuner looks a bucket up by its shapes alone (no profile): a preseed
+    block checks the pin on inputs of the bucket's shapes, not on the call's 32 rows, whose
+    list (32-row tiles) lacks the 16-row pin."""
+    import flashinfer
+    from flashinfer.autotuner import AutoTuner
+    from flashinfer.gemm import gemm_base
+
+    pin16 = wide_tactics(N, K, 16)[1]
+    config = gemm_base._MM_MXFP8_CUTE_DSL_TUNING_CONFIG
+    inputs = Mxfp8Problem(N, K, 32).runner_inputs(gemm_base.DEFAULT_WORKSPACE_SIZE)
+    bucket = tuple(getattr(x, "shape", (0,)) for x in Mxfp8Problem(N, K, 16).runner_inputs())
+    with fi_patches.pinned_tactics(table(pin_entry(16, pin16)), mode="preseed"):
+        with flashinfer.autotune(True):
+            hit, position, tactic, _ = AutoTuner.get().search_cache(
+                CUSTOM_OP, [wide_runner()], bucket, config, inputs=inputs
+            )
+    assert (hit, position, tuple(tactic)) == (True, 0, (16, *pin16))
+
+
+@pytest.mark.simulated
 def test_a_tuned_wide_cache_records_as_wide_pins(wide, simulated, tuner, tmp_path):
     import flashinfer
     from flashinfer.autotuner import AutoTuner

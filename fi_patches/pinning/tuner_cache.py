@@ -32,22 +32,38 @@ logger = get_logger(__name__)
 _MISS = (False, 0, -1, None)
 
 
-def _listing(tuner: Any, inputs: Any, profile: Any) -> Listing | None:
+def _listing(tuner: Any, inputs: Any, profile: Any, shapes: Any = None) -> Listing | None:
     """How a lookup asks a runner's stock list: while tuning a profile (one bucket), on the
     inputs FlashInfer builds for it (built on the first asking, which is only where no verdict
     is known yet); when serving, on the call's own inputs; without inputs, not at all."""
     if inputs is None:
         return None
-    if profile is None:
+    if profile is not None:
+        build = functools.partial(fi_tuner.profile_inputs, tuner, profile, inputs)
+    elif shapes is not None and fi_tuner.is_tuning(tuner):
+        # A release whose lookup while tuning names no profile (0.7.0 passes only the bucket's
+        # shapes): inputs of those shapes, as FlashInfer builds them for the bucket.
+        build = functools.partial(_shaped, inputs, shapes)
+    else:
         return lambda runner: stock_tactics(runner, inputs, None)
     built: list[Any] = []
 
     def list_of(runner: Any) -> Any:
         if not built:
-            built.append(fi_tuner.profile_inputs(tuner, profile, inputs))
+            built.append(build())
         return stock_tactics(runner, built[0], profile)
 
     return list_of
+
+
+def _shaped(inputs: Any, shapes: Any) -> list[Any]:
+    """``inputs`` with each tensor whose shape is not its bucket's replaced by an empty one of
+    that shape (same dtype and device)."""
+    out = []
+    for x, shape in zip(inputs, shapes, strict=False):
+        size = tuple(int(d) for d in shape)
+        out.append(x.new_empty(size) if hasattr(x, "new_empty") and tuple(x.shape) != size else x)
+    return out
 
 
 def _serving(
@@ -89,7 +105,7 @@ def _serving(
     if call is not None and call.op == op:
         call.config = config  # the config FlashInfer applied its overrides to
     return serving_pin(
-        index, op, runners, inputs, shapes, tuner, config, _listing(tuner, inputs, profile)
+        index, op, runners, inputs, shapes, tuner, config, _listing(tuner, inputs, profile, shapes)
     )
 
 
