@@ -128,6 +128,7 @@ def main() -> int:
 
     import fi_patches
     from fi_patches.compat import status_of
+    from tests.toy_op import decoy_pins
 
     record = status_of("pinned_tactics")
     if not record.enabled:
@@ -168,16 +169,7 @@ def main() -> int:
     lockfile = fi_patches.PinTable.from_mapping(
         {
             "meta": {"device": "*", "flashinfer": ""},
-            "pin": [
-                {
-                    "op": f"op{i % 7}",
-                    "runner": f"Runner{i % 11}",
-                    "shapes": [["rows", 64 + i], [64 + i, 128], [-1]],
-                    "max_rows": 512,
-                    "tactic": [i, [i % 3, True]],
-                }
-                for i in range(1000)
-            ],
+            "pin": decoy_pins(1000),
         },
         source="<benchmark 1000 entries>",
     )

@@ -215,16 +215,7 @@ def test_a_lockfile_of_a_thousand_entries_pins_its_keys_under_the_real_tuner(
     shape of a large model's): later starts still end with every recorded pin, one tactic
     timed per key."""
     table, first = recorded
-    decoys = [
-        {
-            "op": f"op{i % 7}",
-            "runner": f"Runner{i % 11}",
-            "shapes": [["rows", 64 + i], [64 + i, 128], [-1]],
-            "max_rows": 512,
-            "tactic": [i, [i % 3, True]],
-        }
-        for i in range(1000)
-    ]
+    decoys = toy_op.decoy_pins(1000)
     big = PinTable.from_mapping(
         {
             "meta": {"device": "*", "flashinfer": ""},

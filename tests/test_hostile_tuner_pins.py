@@ -257,16 +257,9 @@ def test_merging_caches_that_disagree_does_not_depend_on_their_order(runs):
 
 
 def test_a_lockfile_of_thousands_of_entries_loads_and_indexes(tmp_path: Path):
-    entries = [
-        {
-            "op": f"op{i % 13}",
-            "runner": f"Runner{i % 29}",
-            "shapes": [["rows", 64 + i], [64 + i, 128], [-1]],
-            "max_rows": 512,
-            "tactic": [i, [i % 3, True]],
-        }
-        for i in range(5000)
-    ]
+    from tests.toy_op import decoy_pins
+
+    entries = decoy_pins(5000, ops=13, runner_names=29)
     path = tmp_path / "lock.toml"
     path.write_text(dumps({"meta": {"device": "*", "flashinfer": ""}, "pin": entries}))
     table = PinTable.from_file(path)

@@ -79,11 +79,9 @@ def test_disabled_features_route_to_stock(table, monkeypatch):
     assert "this device is sm_90" in explain(N, K, 4, pins=table).reason
 
 
-@pytest.mark.simulated
-def test_mm_hands_each_route_its_pinned_tactic(table, monkeypatch):
+def _recorded_runner_calls(monkeypatch) -> list:
+    """``(runner class name, tactic)`` of every FlashInfer runner called from now on."""
     from flashinfer.autotuner import TunableRunner
-
-    import fi_patches.wide.launch as wide_launch
 
     calls = []
     original_call = TunableRunner.__call__
@@ -93,6 +91,14 @@ def test_mm_hands_each_route_its_pinned_tactic(table, monkeypatch):
         return original_call(self, inputs, **kwargs)
 
     monkeypatch.setattr(TunableRunner, "__call__", call)
+    return calls
+
+
+@pytest.mark.simulated
+def test_mm_hands_each_route_its_pinned_tactic(table, monkeypatch):
+    import fi_patches.wide.launch as wide_launch
+
+    calls = _recorded_runner_calls(monkeypatch)
     launched = []
     original_launch = wide_launch.LaunchPlan.run_column_major
 
@@ -117,16 +123,7 @@ def test_mm_hands_each_route_its_pinned_tactic(table, monkeypatch):
 def test_a_mapping_given_as_pins_routes_as_its_table(table, monkeypatch):
     """``pins=`` a mapping (``TableLike``): ``mm`` routes by the table it validates to, call
     after call (its memo row is keyed by the mapping's content)."""
-    from flashinfer.autotuner import TunableRunner
-
-    calls = []
-    original_call = TunableRunner.__call__
-
-    def call(self, inputs, **kwargs):
-        calls.append((type(self).__name__, cutedsl.nested_tuple(kwargs.get("tactic"))))
-        return original_call(self, inputs, **kwargs)
-
-    monkeypatch.setattr(TunableRunner, "__call__", call)
+    calls = _recorded_runner_calls(monkeypatch)
     mapping = table.to_mapping()
     t = Mxfp8Problem(N, K, 100).tensors()
     for _ in range(2):

@@ -185,3 +185,18 @@ def cleared() -> Iterator[None]:
     AutoTuner.get().clear_cache()
     yield
     AutoTuner.get().clear_cache()
+
+
+def decoy_pins(count: int, ops: int = 7, runner_names: int = 11) -> list[dict[str, Any]]:
+    """``count`` ``[[pin]]`` entries of made-up ops and runners, each with its own shapes (a
+    large lockfile's bulk, none of which the toy op's calls match)."""
+    return [
+        {
+            "op": f"op{i % ops}",
+            "runner": f"Runner{i % runner_names}",
+            "shapes": [["rows", 64 + i], [64 + i, 128], [-1]],
+            "max_rows": 512,
+            "tactic": [i, [i % 3, True]],
+        }
+        for i in range(count)
+    ]
