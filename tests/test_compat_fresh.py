@@ -1,5 +1,6 @@
-"""``compat.fresh``: the committed compat/RESULTS.md must equal the one the matrix run wrote,
-timestamps and durations aside (pure Python: texts rendered by compat/report.py)."""
+"""``compat.fresh``: the committed compat/RESULTS.md must agree with the one the matrix run wrote
+on every verdict; counts, timings and the timestamp may differ (pure Python: texts rendered by
+compat/report.py)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,17 @@ pytestmark = pytest.mark.release_independent
 COMMITTED = Path(__file__).resolve().parent.parent / "compat" / "RESULTS.md"
 
 
-def rewritten(text: str, old: str, new: str) -> str:
+def rewritten(text: str, old: str, new: str, count: int = 1) -> str:
     assert old in text, old
-    return text.replace(old, new, 1)
+    return text.replace(old, new, count)
 
 
-def test_another_timestamp_machine_line_and_wall_times_are_the_same_results():
-    text = COMMITTED.read_text(encoding="utf-8")
+def committed() -> str:
+    return COMMITTED.read_text(encoding="utf-8")
+
+
+def test_another_timestamp_and_other_wall_times_are_the_same_results():
+    text = committed()
     generated = next(line for line in text.splitlines() if line.startswith("Generated "))
     later = rewritten(text, generated, "Generated 2031-01-01 00:00 UTC on another machine.")
     wall = later.index("## Wall time")
@@ -33,35 +38,68 @@ def test_another_timestamp_machine_line_and_wall_times_are_the_same_results():
     assert fresh.differences(text, timed) == []
 
 
+def test_other_test_probe_and_path_counts_and_other_skips_are_the_same_verdicts():
+    text = committed()
+    # Every count of passed and skipped tests, probes and suite paths grows by 7.
+    bumped = re.sub(r"\b(\d+) (passed|skipped)\b", lambda m: f"{int(m[1]) + 7} {m[2]}", text)
+    bumped = re.sub(r"\((\d+)/(\d+) probes\)", lambda m: f"({m[1]}7/{m[2]}7 probes)", bumped)
+    bumped = re.sub(r"all (\d+) probes", lambda m: f"all {m[1]}7 probes", bumped)
+    bumped = re.sub(r"\((\d+) paths\)", lambda m: f"({m[1]}7 paths)", bumped)
+    tests = bumped.index("## Tests")
+    problems = bumped.index("### Other skips")
+    table = re.sub(
+        r"^(\| `[^|]*` \| [^|]*\| )(\d+)( \|)",
+        lambda m: f"{m[1]}{int(m[2]) + 7}{m[3]}",
+        bumped[tests:problems],
+        flags=re.M,
+    )
+    bumped = bumped[:tests] + table + bumped[problems:]
+    skips = bumped.index("### Other skips")
+    bumped = bumped[:skips] + bumped[skips:].replace("- ", "- reworded: ", 3)
+    assert bumped != text
+    assert fresh.differences(text, bumped) == []
+
+
 @pytest.mark.parametrize(
-    ("old", "new"),
+    ("old", "new", "shown"),
     [
-        ("passed", "failed"),  # a test count
-        ("probes)", "probes, changed)"),  # a probe count or a reason
-        ("## Cells", "## Cells of another matrix"),
+        # A feature's state.
+        ("| ✓ **enabled** (15/15 probes) |", "| ✗ **disabled** (15/15 probes) |", "disabled"),
+        # A reason.
+        ("so every patch is off.", "so every patch is off today.", "off today"),
+        # A cell's tests now fail (its Features row and its Tests row both say so).
+        ("| 132 passed, 402 skipped |", "| 131 passed, 1 failed, 402 skipped |", "fail"),
+        # A cell of another matrix.
+        ("## Cells", "## Cells of another matrix", "another matrix"),
+        # The problems.
+        ("## Problems\n\nNone.", "## Problems\n\n- `0.7.1`: not run", "not run"),
     ],
 )
-def test_any_other_change_is_a_difference_naming_the_line(old, new):
-    text = COMMITTED.read_text(encoding="utf-8")
+def test_a_changed_verdict_is_a_difference_naming_the_line(old, new, shown):
+    text = committed()
     changed = rewritten(text, old, new)
     diff = fresh.differences(text, changed)
-    assert any(line.startswith("+") and new in line for line in diff), diff
-    assert any(line.startswith("-") and old in line for line in diff), diff
+    assert any(line.startswith("+") and shown in line for line in diff), diff
+    assert any(line.startswith("-") for line in diff), diff
 
 
-def test_a_duration_outside_the_wall_time_section_counts():
-    text = "# Compat matrix results\n\n| `0.7.4` | took 3 s |\n\n## Wall time\n\n| x | 4 s |\n"
-    assert fresh.differences(text, text.replace("3 s", "5 s")) != []
-    assert fresh.differences(text, text.replace("4 s", "9 s")) == []
+def test_a_failure_in_the_tests_table_alone_is_a_difference():
+    text = committed()
+    row = next(line for line in text.splitlines() if line.startswith("| `0.7.1` | release"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    cells[3] = "2"  # the failed column
+    failing = "| " + " | ".join(cells) + " |"
+    diff = fresh.differences(text, rewritten(text, row, failing))
+    assert "+| `0.7.1` | release | fail | — |" in diff, diff
 
 
 def test_the_command_exits_1_on_a_difference_and_0_on_a_match(tmp_path, capsys):
-    committed = tmp_path / "committed.md"
-    committed.write_text(COMMITTED.read_text(encoding="utf-8"))
+    path = tmp_path / "committed.md"
+    path.write_text(committed())
     written = tmp_path / "RESULTS.md"
-    written.write_text(COMMITTED.read_text(encoding="utf-8").replace("passed", "failed", 1))
-    assert fresh.main([str(committed), str(written)]) == 1
+    written.write_text(committed().replace("✓ **enabled**", "✗ **disabled**", 1))
+    assert fresh.main([str(path), str(written)]) == 1
     captured = capsys.readouterr()
     assert "+" in captured.out and "commit the file this run wrote" in captured.err
-    assert fresh.main([str(committed), str(committed)]) == 0
-    assert fresh.main([str(committed), str(tmp_path / "missing.md")]) == 2
+    assert fresh.main([str(path), str(path)]) == 0
+    assert fresh.main([str(path), str(tmp_path / "missing.md")]) == 2
