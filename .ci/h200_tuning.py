@@ -1,6 +1,6 @@
 """The lockfile on a real GPU: FlashInfer's own Hopper GEMMs tuned by FlashInfer's own tuner on
-the lent H200 (sm_90), stock and under fi_patches' pins. Run there (see README, "Proof on a
-GPU"); CI cannot run it (no GPU). One fresh process per run:
+the lent H200 (sm_90), stock and under fi_patches' pins. Run there (results in
+docs/results.md); CI cannot run it (no GPU). One fresh process per run:
 
 * ``stock``: tune a decode-like set of shapes (3 weights x every power-of-two row bucket 1..512,
   per op) under ``flashinfer.autotune(True, cache=...)``; three runs give the real divergence

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Python 3.10, the floor `requires-python` advertises: this project's wheel installed on 3.10
-# without torch or FlashInfer, then `doctor`, `pins check` on the README's tables, `hook status`
-# and `import fi_patches.auto` + `status()` there, each with the exit code the README documents.
+# without torch or FlashInfer, then `doctor`, `pins check` on the docs' pin tables, `hook status`
+# and `import fi_patches.auto` + `status()` there, each with the exit code the docs give.
 #
 # Usage: .ci/py310_check.sh VENV [PYTHON3.10]
 #   VENV absent: made with PYTHON3.10 (default: pyenv's 3.10), and the wheel installed with its
@@ -35,10 +35,10 @@ else
 fi
 python=$venv/bin/python
 
-# The README's pin tables: every ```toml block with a [meta] table.
-awk -v dir="$work" '/^```toml$/{n++; f=1; next} /^```$/{f=0} f{print > (dir "/readme" n ".toml")}' README.md
-tables=$(grep -l '^\[meta\]' "$work"/readme*.toml || true)
-[ -n "$tables" ] || fail "README.md holds no \`\`\`toml block with a [meta] table"
+# The docs' pin tables: every ```toml block with a [meta] table in docs/*.md.
+awk -v dir="$work" '/^```toml$/{n++; f=1; next} /^```$/{f=0} f{print > (dir "/doc" n ".toml")}' docs/*.md
+tables=$(grep -l '^\[meta\]' "$work"/doc*.toml || true)
+[ -n "$tables" ] || fail "docs/*.md hold no \`\`\`toml block with a [meta] table"
 
 cd "$work"  # outside the checkout, so the installed wheel is what runs
 "$python" -c '
@@ -85,5 +85,5 @@ from fi_patches.startup import pending
 assert pending(), "the start-up hook did not load"
 assert all(not s.enabled for s in fi_patches.status())
 '
-echo "py310_check: $(echo "$tables" | wc -w) README tables checked"
+echo "py310_check: $(echo "$tables" | wc -w) pin tables of the docs checked"
 echo "py310_check: the wheel works on $("$python" -c 'import sys; print(sys.version.split()[0])') ($venv)"

@@ -19,7 +19,7 @@ PREFIX = "FI_PATCHES_"
 
 @dataclass(frozen=True)
 class Variable:
-    """An environment variable: its name and a sentence for the README and ``doctor``."""
+    """An environment variable: its name and a sentence for docs/env.md and ``doctor``."""
 
     name: str
     doc: str
@@ -90,7 +90,7 @@ VARIABLES: tuple[Variable, ...] = (
     RANK_GUARD_TUNING,
     CUTE_DSL_ARCH,
 )
-"""Every variable fi_patches reads, in the order the README lists them."""
+"""Every variable fi_patches reads, in the order docs/env.md lists them."""
 
 TRUE_WORDS = ("1", "true", "yes", "on")
 """How a boolean variable says yes (any case, surrounding spaces ignored)."""

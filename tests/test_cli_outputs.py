@@ -1,7 +1,7 @@
 """The command line's output files and streams, run as a user runs it (``python -m fi_patches``
 in a child process): a path that cannot be written is one line on stderr naming it, exit 2,
 and no file written; outputs land all together or not at all; a closed stdout ends quietly; a
-directory argument reads only the cache layouts the README documents."""
+directory argument reads only the cache layouts docs/pins-cli.md documents."""
 
 from __future__ import annotations
 
@@ -169,7 +169,7 @@ def test_a_closed_stdout_ends_doctor_quietly(tmp_path):
     assert child.stdout is not None and child.stderr is not None
     child.stdout.close()  # the reader is gone before doctor prints (as `| head` leaves it)
     err = child.stderr.read().decode()
-    assert child.wait(timeout=600) == 141  # 128 + SIGPIPE, as the README documents
+    assert child.wait(timeout=600) == 141  # 128 + SIGPIPE, as docs/pins-cli.md documents
     assert err == ""
 
 

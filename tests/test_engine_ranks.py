@@ -95,7 +95,7 @@ def test_stock_ranks_tune_apart_and_a_lockfile_makes_them_agree(ranks, tmp_path)
 
 
 def test_a_lockfile_that_differs_between_ranks_is_caught_before_flashinfer_reduces(ranks, tmp_path):
-    """FlashInfer's setter, looked up when called (as the README says the guard needs), runs
+    """FlashInfer's setter, looked up when called (as docs/ranks.md says the guard needs), runs
     fi_patches' rank guard first: every rank raises one message naming the field, instead of
     FlashInfer's plan mismatch at its first reduce."""
     lock = _lockfile(tmp_path / "lock.toml", 2)

@@ -1,6 +1,6 @@
 """Python 3.10, the floor ``requires-python`` advertises: ``.ci/py310_check.sh`` installs this
 project's wheel on 3.10 without torch or FlashInfer and runs ``doctor``, ``pins check`` on the
-README's table, ``hook status`` and ``import fi_patches.auto`` there. ``.ci/run`` makes that
+docs' pin tables, ``hook status`` and ``import fi_patches.auto`` there. ``.ci/run`` makes that
 environment (``.venv-py310``, its dependencies from the registry); this test reuses it offline
 and is skipped where it was not made."""
 

@@ -58,7 +58,7 @@ class OpSpec:
 
 @dataclass(frozen=True)
 class Settings:
-    """How candidates are measured and chosen (see README, "Tuning in the chain")."""
+    """How candidates are measured and chosen (see docs/chain.md)."""
 
     repeats: int = 7
     """Interleaved rounds: each candidate gets one sample per round."""

@@ -1,5 +1,5 @@
 """Small real inputs for trying ``pins record``, ``pins diff`` and ``tune --timings`` without a
-Blackwell GPU (see the README's walkthrough). :data:`ROOT` holds:
+Blackwell GPU (see the walkthrough in docs/pins-cli.md). :data:`ROOT` holds:
 
 * ``rank0.json``, ``rank1.json``: v1 tuner cache files (``AutoTuner.save_configs``) and
   ``tuner_store/``: a v2 store (``autotune_v2``), written by FlashInfer 0.7.4's own tuner for

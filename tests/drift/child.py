@@ -23,7 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 N, K = 7168, 1536
-"""The weight shape every check uses (an attention projection of the README's models)."""
+"""The weight shape every check uses (an attention projection of the docs' examples)."""
 
 PINNED_ROWS = 8
 """The low-latency rows the table pins (its entry covers 5..8)."""

@@ -1,7 +1,7 @@
-"""The README against reality: its doctor block is ``doctor``'s real output
-(``tools/readme_blocks.py``), its walkthrough's commands run as written with the exit codes
-their comments give, the shipped example files are what ``tools/examples.py`` produces, and its
-links hold on an index page."""
+"""The docs against reality: the doctor block (``docs/install.md``) is ``doctor``'s real output
+(``tools/doc_blocks.py``), the walkthrough's commands (``docs/pins-cli.md``) run as written with
+the exit codes their comments give, the shipped example files are what ``tools/examples.py``
+produces, and the README stays a landing page whose links reach real pages and anchors."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tools import examples, readme_blocks
+from tools import doc_blocks, examples
 
 pytestmark = pytest.mark.release_independent
-"""The README and its examples are for the Quick Start's environment (FlashInfer 0.7.4): the
+"""The docs and their examples are for the quick start's environment (FlashInfer 0.7.4): the
 main run checks them, the compat matrix's cells do not."""
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,17 +31,17 @@ def _installed_flashinfer() -> str | None:
 
 
 def test_the_doctor_block_is_doctors_output():
-    block = readme_blocks.current("doctor", README)
+    block = doc_blocks.current("doctor")
     if _installed_flashinfer() != "0.7.4" or importlib.util.find_spec("vllm") is not None:
-        pytest.skip("the README's doctor block is for the Quick Start's environment")
-    assert block == readme_blocks.doctor_block(), (
-        "README.md's doctor block is stale: run `python -m tools.readme_blocks --write`"
+        pytest.skip("the doctor block is for the quick start's environment")
+    assert block == doc_blocks.doctor_block(), (
+        "docs/install.md's doctor block is stale: run `python -m tools.doc_blocks --write`"
     )
 
 
 def walkthrough() -> list[tuple[str, int]]:
     """The walkthrough's command lines and the exit code each one's comment gives (0 if none)."""
-    block = readme_blocks.current("walkthrough", README)
+    block = doc_blocks.current("walkthrough")
     lines = [line for line in block.splitlines() if line and not line.startswith("```")]
     found = []
     for line in lines:
@@ -95,8 +95,37 @@ def test_the_shipped_examples_are_what_the_generator_produces():
     assert examples.differing() == [], "run `python -m tools.examples --write`"
 
 
-def test_links_hold_on_an_index_page():
+def _slug(heading: str) -> str:
+    """The anchor mkdocs' ``toc`` extension gives a heading (its default slugify)."""
+    text = re.sub(r"[^\w\s-]", "", heading.replace("`", "")).strip().lower()
+    return re.sub(r"[-\s]+", "-", text)
+
+
+def _anchors(page: Path) -> set[str]:
+    text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.S | re.M)
+    return {_slug(m.group(1)) for m in re.finditer(r"^#{1,6} (.+)$", text, flags=re.M)}
+
+
+def test_the_readme_is_a_landing_page_whose_links_hold():
+    """At most 250 lines; every link is absolute or reaches a file of the checkout (a page in
+    docs/, CHANGELOG.md, LICENSE) and, where it names one, a heading's anchor there."""
+    assert len(README.splitlines()) <= 250
     relative = re.findall(r"\]\((?!https?://)([^)]+)\)", README)
-    assert relative == []  # no link into the checkout or to an anchor: PyPI resolves neither
+    assert any(link.startswith("docs/") for link in relative)
+    for link in relative:
+        path, _, anchor = link.partition("#")
+        target = ROOT / path
+        assert target.is_file(), f"README.md links to {link}: no such file"
+        if anchor:
+            assert anchor in _anchors(target), f"README.md links to {link}: no such heading"
     license_text = (ROOT / "LICENSE").read_text()
     assert "[yyyy]" not in license_text and "APPENDIX" not in license_text
+
+
+def test_ci_runs_the_readmes_test_command():
+    """The quick start's test command is the one .ci/run runs, exactly."""
+    blocks = re.findall(r"^```sh\n(.*?)\n```", README, flags=re.S | re.M)
+    command = next(block for block in blocks if "pytest" in block)
+    assert command.startswith(".venv/bin/python -m pytest")
+    lines = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert any(line == command or line.startswith(f"{command} ||") for line in lines)
