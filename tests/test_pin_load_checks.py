@@ -60,6 +60,26 @@ def test_a_misspelt_runner_is_refused_at_load_naming_the_one_it_misspells(pinned
     assert load(lockfile(tmp_path, name="right.toml")) is not None  # the right spelling loads
 
 
+def test_process_wide_pins_with_a_misspelt_runner_leave_flashinfer_stock_with_one_error(
+    pinned_ops, tmp_path, monkeypatch, caplog
+):
+    """``FI_PATCHES_PINS`` + ``fi_patches.auto`` (``enable()``, as the start-up hook calls it):
+    the table is refused with one error naming the misspelling, not pinned with an INFO line."""
+    import flashinfer  # noqa: F401  (enable() applies at once where FlashInfer is imported)
+
+    path = lockfile(tmp_path, runner="CublasLtBf16GemmRunner")
+    monkeypatch.setenv("FI_PATCHES_PINS", str(path))
+    try:
+        with caplog.at_level(logging.INFO, logger="fi_patches"):
+            fi_patches.enable()
+        outcome = fi_patches.activation.outcome()
+    finally:
+        fi_patches.disable()
+    assert outcome.startswith("left FlashInfer stock") and "CublasLtBf16GemmRunner" in outcome
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and "did you mean CublasltBf16GemmRunner?" in errors[0]
+
+
 def test_a_misspelt_op_of_a_flashinfer_runner_is_refused_at_load(pinned_ops, tmp_path):
     with pytest.raises(PinTableError) as raised:
         load(lockfile(tmp_path, op="bf16_gem"))
