@@ -58,13 +58,13 @@ def register(commands: Any) -> None:
 
 def _record_device(requested: str | None) -> tuple[str | None, str]:
     """The arch to record for, or None and the message saying why there is none."""
-    from fi_patches.compat.device import current_device, normalize_arch
+    from fi_patches.compat.device import arch_error, current_device, normalize_arch
 
     if requested:
         arch = normalize_arch(requested)
         if arch is None:
             return None, (
-                f"--device {requested!r} is not an arch: give the compute capability the caches "
+                f"--device {arch_error(requested)}: give the compute capability the caches "
                 "were tuned on, such as sm_100 (B200) or sm_103 (GB300)"
             )
         return arch, ""
@@ -303,7 +303,7 @@ def _diff_device(requested: str | None) -> str | None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from fi_patches.pins.check import INVALID, UNCHECKED, check_entries
+    from fi_patches.pins.check import INVALID, OK, UNCHECKED, check_entries, check_meta
     from fi_patches.pins.errors import PinTableError
     from fi_patches.pins.table import PinTable
 
@@ -312,17 +312,17 @@ def run_check(args: argparse.Namespace) -> int:
     except PinTableError as exc:
         print(f"pins check: invalid pin table: {exc.one_line()}")
         return 1
-    meta_problem, results = check_entries(table)
+    (meta_state, meta_reason), (_, results) = check_meta(table), check_entries(table)
     print(
         f"{args.table}: chosen on {table.meta.device}, FlashInfer {table.meta.flashinfer or 'any'}"
     )
-    print(f"meta: {meta_problem or 'OK'}")
+    print(f"meta: {meta_reason}")
     rows = [
         (f"[[{r.section}]] #{r.index}", r.shape, r.rows, r.tactic, r.state, r.reason)
         for r in results
     ]
     if rows:
         print(render(("entry", "weight", "rows", "tactic", "state", "reason"), rows))
-    if meta_problem or any(r.state == INVALID for r in results):
+    if meta_state == INVALID or any(r.state == INVALID for r in results):
         return 1
-    return 3 if any(r.state == UNCHECKED for r in results) else 0
+    return 3 if meta_state != OK or any(r.state == UNCHECKED for r in results) else 0

@@ -20,12 +20,41 @@ NO_CUDA = "no CUDA device"
 
 _ARCH = re.compile(r"^sm_?(\d{2,3})([af]?)$")
 
+KNOWN_ARCHS = (
+    *("sm_10", "sm_11", "sm_12", "sm_13", "sm_20", "sm_21"),
+    *("sm_30", "sm_32", "sm_35", "sm_37", "sm_50", "sm_52", "sm_53"),
+    *("sm_60", "sm_61", "sm_62", "sm_70", "sm_72", "sm_75"),
+    *("sm_80", "sm_86", "sm_87", "sm_88", "sm_89", "sm_90"),
+    *("sm_100", "sm_101", "sm_103", "sm_107", "sm_110", "sm_120", "sm_121"),
+)
+"""Every arch family some CUDA release (``nvcc --list-gpu-arch``, 1.0 to 13.0) or FlashInfer
+release (``sm_107``) names. Every arch string that enters fi_patches (``FI_PATCHES_DEVICE``,
+``--device``, ``--arch``, a table's ``[meta] device``) is one of these, or it is refused: a
+typo such as ``sm_1003`` would otherwise match no device and silently pin nothing."""
+
 
 def parse_arch(text: str) -> tuple[str, str] | None:
     """``("sm_103", "a")`` for ``sm_103a``/``SM103A``; ``("sm_103", "")`` for ``sm_103``; None
-    when ``text`` is not an arch."""
+    when ``text`` is not an arch of :data:`KNOWN_ARCHS` (:func:`arch_error` says why)."""
     match = _ARCH.match(text.strip().lower())
-    return (f"sm_{match.group(1)}", match.group(2)) if match else None
+    if match is None or f"sm_{match.group(1)}" not in KNOWN_ARCHS:
+        return None
+    return (f"sm_{match.group(1)}", match.group(2))
+
+
+def unknown_arch(text: str) -> str | None:
+    """For ``text`` of an arch's form (``sm_999``) that no CUDA or FlashInfer release names,
+    the clause saying so with the list of those that are; else None."""
+    match = _ARCH.match(text.strip().lower())
+    if match is None or f"sm_{match.group(1)}" in KNOWN_ARCHS:
+        return None
+    return f"names no arch of any CUDA or FlashInfer release (known: {', '.join(KNOWN_ARCHS)})"
+
+
+def arch_error(text: str) -> str:
+    """Why ``text`` is not an arch, as a clause starting with it: not of the form ``sm_103``, or
+    a form no release names (:func:`unknown_arch`)."""
+    return f"{text!r} {unknown_arch(text) or 'is not an arch such as sm_103'}"
 
 
 def normalize_arch(text: str) -> str | None:
@@ -62,7 +91,7 @@ class Device:
 def _from_text(text: str, source: str, name: str) -> Device:
     parsed = parse_arch(text)
     if parsed is None:
-        return Device(None, source, f"{name}={text!r} is not an arch such as sm_103")
+        return Device(None, source, f"{name}={arch_error(text)}")
     return Device(parsed[0], source, f"{name}={text}", parsed[1])
 
 

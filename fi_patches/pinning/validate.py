@@ -176,13 +176,23 @@ def check_wide(table: PinTable) -> list[PinProblem]:
 
 
 def check_pins(table: PinTable, *, thorough: bool = False) -> list[PinProblem]:
-    """Problems of the ``[[pin]]`` entries against the installed FlashInfer: each entry's
-    runner class and op must still exist (read from FlashInfer's sources, or a live runner
-    class), checked for a table chosen on another release, or ``thorough`` (``pins check``):
-    entries recorded from this release's own tuner name what it has. Each problem names the
-    entry's key (op, runner, shapes, rows), so a listing of them says what is left unpinned.
-    Each tactic is checked against the runner's own list for its key when the tuner first lists
-    that key, entry by entry (a runner lists tactics only for an op's real inputs)."""
+    """Problems of the ``[[pin]]`` entries against the installed FlashInfer, from its sources
+    (no runner is built, no FlashInfer module imported for it):
+
+    * a runner or op name close to one of FlashInfer's but not it (a misspelling) is a problem,
+      with the name it is taken for;
+    * a tactic outside the bounds FlashInfer's sources declare for its runner
+      (:data:`fi_patches.internals.catalog.TACTIC_RANGES`) is a problem;
+    * a runner class neither FlashInfer nor this process has is a problem for a table chosen on
+      another release, or ``thorough`` (``pins check``); otherwise it is a consumer's own runner,
+      perhaps defined later: the entry loads, with one warning naming such runners;
+    * an op a FlashInfer runner is pinned for that FlashInfer does not tune is a problem on the
+      same terms (a warning otherwise).
+
+    Each problem names the entry's key (op, runner, shapes, rows), so a listing of them says
+    what is left unpinned. Membership of each tactic in its runner's own list is checked when the
+    tuner first lists that key, entry by entry (a runner lists tactics only for an op's real
+    inputs)."""
     from fi_patches.compat.installed import installed_flashinfer
     from fi_patches.internals.catalog import catalog
     from fi_patches.pins.tuner_pin import SECTION
@@ -190,38 +200,94 @@ def check_pins(table: PinTable, *, thorough: bool = False) -> list[PinProblem]:
     entries = table.entries(SECTION)
     if not entries:
         return []
-    if not thorough and table.other_release(installed_flashinfer().version) is None:
-        return []
     found = catalog()
     if found is None:
         return []
+    strict = thorough or table.other_release(installed_flashinfer().version) is not None
+    runners: dict[str, tuple[bool, str | None]] = {}
+    ops: dict[str, tuple[bool, str | None]] = {}
+    unlike: dict[str, None] = {}
     problems = []
     for entry in entries:
         where = f"[[{SECTION}]] #{entry.index}"
         key = f"(its key: {entry.describe()})"
-        if not found.runner_known(entry.runner):
+        if entry.runner not in runners:
+            known = found.runner_known(entry.runner)
+            runners[entry.runner] = (known, None if known else found.close_runner(entry.runner))
+        runner_known, runner_close = runners[entry.runner]
+        if not runner_known:
+            if runner_close is not None or strict:
+                hint = f"; did you mean {runner_close}?" if runner_close else ""
+                problems.append(
+                    PinProblem(
+                        table.source,
+                        where,
+                        "runner",
+                        entry.runner,
+                        "is not a runner class of the installed FlashInfer (nor of this process)"
+                        f"{hint} {key}",
+                    )
+                )
+            else:
+                unlike.setdefault(f"runner {entry.runner}")
+            continue
+        if entry.runner in found.classes:
+            if entry.op not in ops:
+                known = found.op_known(entry.op)
+                ops[entry.op] = (known, None if known else found.close_op(entry.op))
+            op_known, op_close = ops[entry.op]
+            if not op_known and (op_close is not None or strict):
+                hint = f"; did you mean {op_close}?" if op_close else ""
+                problems.append(
+                    PinProblem(
+                        table.source,
+                        where,
+                        "op",
+                        entry.op,
+                        f"is not an op the installed FlashInfer tunes (its {entry.runner} is "
+                        f"there){hint} {key}",
+                    )
+                )
+                continue
+            if not op_known:
+                unlike.setdefault(f"op {entry.op!r}")
+        bound = found.bounds.get(entry.runner)
+        tactic = entry.tactic
+        if bound is not None and (
+            isinstance(tactic, bool) or not isinstance(tactic, int) or not 0 <= tactic < bound.count
+        ):
             problems.append(
                 PinProblem(
                     table.source,
                     where,
-                    "runner",
-                    entry.runner,
-                    "is not a runner class of the installed FlashInfer (nor of this process) "
-                    + key,
+                    "tactic",
+                    tactic_json(tactic),
+                    f"must be an integer 0..{bound.count - 1}: {entry.runner}'s tactics "
+                    f"{bound.what}, at most {bound.source} {key}",
                 )
             )
-        elif entry.runner in found.classes and not found.op_known(entry.op):
-            problems.append(
-                PinProblem(
-                    table.source,
-                    where,
-                    "op",
-                    entry.op,
-                    f"is not an op the installed FlashInfer tunes (its {entry.runner} is there) "
-                    + key,
-                )
-            )
+    if unlike and not strict:
+        _warn_unlike(table, list(unlike))
     return problems
+
+
+def _warn_unlike(table: PinTable, names: list[str]) -> None:
+    """One warning naming the runners (and ops) of ``table`` that are like none of FlashInfer's:
+    a consumer's own, defined later, or a name nothing will ever run."""
+    import logging
+
+    from fi_patches._logging import get_logger, log_once
+
+    shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+    log_once(
+        get_logger(__name__),
+        logging.WARNING,
+        f"unlike:{table.source}:{shown}",
+        "fi_patches: %s pins %s: like nothing the installed FlashInfer has, nor defined in this "
+        "process yet (a runner of your own?); those entries serve once such a runner runs",
+        table.source,
+        shown,
+    )
 
 
 def _raised(table: PinTable, section: str, entry: Any, what: str, exc: Exception) -> PinProblem:

@@ -38,17 +38,34 @@ def _describe(section: str, entry: Any) -> tuple[str, str]:
     return shape, f"tile {entry.tile}"
 
 
-def check_entries(table: PinTable) -> tuple[str | None, list[EntryCheck]]:
-    """The meta problem (or None) and a verdict per entry."""
+def check_meta(table: PinTable) -> tuple[str, str]:
+    """``(state, line)`` of the table's ``[meta]`` here (``line`` as ``pins check`` prints it):
+    invalid when it was chosen on another device, unchecked when this machine's device cannot be known (no CUDA device and no
+    ``FI_PATCHES_DEVICE``): a table is not wrong for a device nobody named."""
     from fi_patches.compat.device import current_device
-    from fi_patches.compat.evaluate import status_of
     from fi_patches.compat.installed import installed_flashinfer
+
+    device = current_device()
+    if device.arch is None and table.meta.device != "*":
+        return UNCHECKED, (
+            f"unchecked: pins in {table.source} were chosen on {table.meta.device}; which device this is "
+            f"cannot be known here ({device.absence}; FI_PATCHES_DEVICE names it)"
+        )
+    problem = table.skip_reason(device.arch, installed_flashinfer().version)
+    return (INVALID, problem) if problem else (OK, OK)
+
+
+def check_entries(table: PinTable) -> tuple[str | None, list[EntryCheck]]:
+    """The meta problem (or None: see :func:`check_meta` for an unchecked meta) and a verdict
+    per entry."""
+    from fi_patches.compat.evaluate import status_of
     from fi_patches.features import feature_of_section
     from fi_patches.pinning.validate import checked_sections, checker_of
     from fi_patches.pins import membership
 
     runners = membership.Runners()
-    meta_problem = table.skip_reason(current_device().arch, installed_flashinfer().version)
+    meta_state, meta_reason = check_meta(table)
+    meta_problem = meta_reason if meta_state == INVALID else None
     results: list[EntryCheck] = []
     for name in SECTIONS:
         entries = table.entries(name)

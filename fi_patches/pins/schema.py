@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 
 from packaging.specifiers import SpecifierSet
 
-from fi_patches.compat.device import normalize_arch
+from fi_patches.compat.device import normalize_arch, unknown_arch
 from fi_patches.compat.versions import parse_specifier
 from fi_patches.pins.errors import PinProblem
 from fi_patches.pins.fields import FieldReader
@@ -141,7 +141,11 @@ def parse_meta(reader: FieldReader) -> PinMeta | None:
         schema = None
     device = reader.string("device", max_length=TEXT_MAX)
     if device is not None and device != "*" and normalize_arch(device) is None:
-        reader.problem("device", device, "must be an arch such as 'sm_103', or '*' for any device")
+        reader.problem(
+            "device",
+            device,
+            unknown_arch(device) or "must be an arch such as 'sm_103', or '*' for any device",
+        )
     spec_text = reader.string("flashinfer", max_length=TEXT_MAX)
     spec = None
     if spec_text is not None and spec_text.strip() in ANY_RELEASE:
