@@ -247,8 +247,8 @@ def test_written_files_follow_the_umask_and_an_overwritten_file_keeps_its_mode(t
             timeout=600,
         )
         assert result.returncode == 0, result.stderr
-        assert result.stdout == f"wrote {out}: 1 [[low_latency]] entry\n"  # not "1 low_latency"
         assert mode_of(out) == expected, oct(mode_of(out))
+        assert result.stdout == f"wrote {out}: 1 [[low_latency]] entry\n"  # not "1 low_latency"
     lockfile = tmp_path / "umask22.toml"
     lockfile.chmod(0o644)
     result = subprocess.run(
