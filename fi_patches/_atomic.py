@@ -1,12 +1,16 @@
 """Writing a command's output files all together or not at all: every path is checked before
 anything is written, each file goes to a temp file in its target directory, and only when all
-are written are they moved into place with ``os.replace``."""
+are written are they moved into place with ``os.replace``. A new file gets the mode the umask
+gives any new file (``mkstemp``'s own 0600 would lock out a server running as another user); a
+file written over keeps its mode."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
+import threading
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -33,6 +37,27 @@ def check_output(path: str | os.PathLike[str], suffixes: Sequence[str] = ()) -> 
     return out
 
 
+_umask_lock = threading.Lock()
+
+
+def _umask() -> int:
+    """The process's umask (read by setting it and setting it back, under a lock)."""
+    with _umask_lock:
+        mask = os.umask(0o077)
+        os.umask(mask)
+    return mask
+
+
+def file_mode(path: Path) -> int:
+    """The permission bits a file written to ``path`` gets: those of the file there now (a
+    lockfile written over stays as readable as it was), else ``0o666`` less the umask, as
+    ``open()`` would create it."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return 0o666 & ~_umask()
+
+
 def write_all(files: Iterable[tuple[str | os.PathLike[str], str]]) -> None:
     """Write each ``(path, text)`` as UTF-8, all or none: a failure before the last rename
     leaves no new file behind (a rename that fails after others succeeded cannot be undone,
@@ -44,6 +69,7 @@ def write_all(files: Iterable[tuple[str | os.PathLike[str], str]]) -> None:
             fd, temp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
             written.append((temp, out))
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                os.fchmod(handle.fileno(), file_mode(out))
                 handle.write(text)
         for temp, out in written:
             os.replace(temp, out)
@@ -54,3 +80,35 @@ def write_all(files: Iterable[tuple[str | os.PathLike[str], str]]) -> None:
         reason = exc.strerror or str(exc)
         name = exc.filename or (pending[len(written) - 1][0] if written else "")
         raise OutputError(f"{name}: cannot be written ({reason})") from exc
+
+
+Named = tuple[str, str | os.PathLike[str] | None]
+"""A path and how the command line names it (``--out``, ``--from``); None where not given."""
+
+
+def _same_file(first: str | os.PathLike[str], second: str | os.PathLike[str]) -> bool:
+    """Whether two paths name one file: the same inode where both exist (hard links too), else
+    the same path once relative parts and symlinks are resolved."""
+    try:
+        if os.path.samefile(first, second):
+            return True
+    except OSError:
+        pass
+    return Path(first).resolve() == Path(second).resolve()
+
+
+def overwrites_input(outputs: Sequence[Named], inputs: Sequence[Named]) -> str | None:
+    """The line refusing a command whose output file is one of its inputs (or two of its
+    outputs are one file), or None: checked before anything is read, so a careless ``--out``
+    never replaces the cache or table the command was reading."""
+    given = [(flag, path) for flag, path in outputs if path is not None]
+    for index, (flag, out) in enumerate(given):
+        others = [("input", name, path) for name, path in inputs if path is not None]
+        others += [("output", name, path) for name, path in given[index + 1 :]]
+        for role, name, path in others:
+            if _same_file(out, path):
+                return (
+                    f"{flag} {out} is the same file as the {role} {name} {path}; nothing was "
+                    "read or written: choose another output file"
+                )
+    return None

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fi_patches import _import_hooks
+from fi_patches import _words as words
 from fi_patches._logging import get_logger
 from fi_patches.internals.flashinfer import FLASHINFER
 
@@ -51,7 +52,7 @@ def _apply(module: Any = None) -> None:
             from fi_patches.pinning.installation import hold_for
             from fi_patches.pinning.sections import runner_names
 
-            active, sections = applicable(None)
+            active, sections = applicable(None, _process_wide())
             if active is None:
                 _state.outcome = "nothing to pin (see earlier log lines, if any)"
                 logger.info("fi_patches.auto: %s", _state.outcome)
@@ -59,7 +60,7 @@ def _apply(module: Any = None) -> None:
             _state.held.append(hold_for(runner_names(active)))
             stack.add_process_table(active)
             _state.table = active
-            _state.outcome = f"pinning {', '.join(sections)} from {active.source}"
+            _state.outcome = f"pinning the {words.sections(sections)} entries from {active.source}"
             logger.info("fi_patches.auto: %s", _state.outcome)
         except PinTableError as exc:
             _state.outcome = f"left FlashInfer stock: {exc.one_line()}"
@@ -69,6 +70,17 @@ def _apply(module: Any = None) -> None:
         except Exception as exc:
             _state.outcome = f"left FlashInfer stock: {type(exc).__name__}: {exc}"
             logger.exception("fi_patches.auto left FlashInfer stock after an unexpected error")
+
+
+def _process_wide() -> str:
+    """What asked for the process-wide pins, as the subject of a log line: the file
+    ``FI_PATCHES_PINS`` names, else the table ``register_pins()`` set."""
+    from fi_patches import _env
+
+    path = _env.get(_env.PINS)
+    if path:
+        return f"fi_patches, applying {_env.PINS.name}={path} process-wide,"
+    return "fi_patches, applying the table register_pins() set process-wide,"
 
 
 def enable() -> None:

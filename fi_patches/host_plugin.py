@@ -78,7 +78,9 @@ def activate_pins(
     from fi_patches import activation
 
     activation.enable()
-    counts = ", ".join(f"{len(e)} {name}" for name, e in table.sections.items() if e)
+    from fi_patches._words import section_counts
+
+    counts = section_counts(table.sections)
     pins = f"pins from {table.source} ({counts})" if table else "no pins"
     return logging.INFO, f"active ({why}): {pins}, applied when FlashInfer is imported", True
 

@@ -81,7 +81,42 @@ def test_auto_when_fi_patches_itself_first_imports_flashinfer(pinning, tmp_path)
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.strip() == f"pinning low_latency from {pins} 1"
+    assert result.stdout.strip() == f"pinning the [[low_latency]] entries from {pins} 1"
+
+
+def test_a_section_auto_ignores_is_blamed_on_the_process_wide_pins(pinning, tmp_path):
+    """With pins from ``FI_PATCHES_PINS`` applied process-wide, a section whose feature is off
+    here is reported as the process-wide pins', not as a ``pinned_tactics()`` call the user
+    never made."""
+    from fi_patches.compat import status_of
+
+    if status_of("pinned_cute_dsl").enabled:
+        pytest.skip("the cute-dsl pins apply here; nothing is ignored")
+    pins = pins_file(tmp_path, lowlat.non_split_alternative(N, K, 8))
+    pins.write_text(
+        pins.read_text() + f"\n[[cute_dsl]]\nn = {N}\nk = {K}\nmax_rows = 64\n"
+        "tactic = [[128, 64], [1, 1], true, false, 1]\n"
+    )
+    code = (
+        "import logging\n"
+        "logging.basicConfig(level=logging.WARNING, format='%(message)s')\n"
+        "import fi_patches.auto, flashinfer\n"
+        "from fi_patches import activation\n"
+        "print(activation.outcome())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FI_PATCHES_")}
+    env.update(FI_PATCHES_DEVICE="sm_103", FI_PATCHES_PINS=str(pins), PYTHONPATH=str(ROOT))
+    result = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == f"pinning the [[low_latency]] entries from {pins}"
+    ignored = [line for line in result.stderr.splitlines() if "ignores the" in line]
+    assert len(ignored) == 1, result.stderr[-3000:]
+    assert ignored[0].startswith(
+        f"fi_patches, applying FI_PATCHES_PINS={pins} process-wide, ignores the [[cute_dsl]] pins"
+    )
+    assert "pinned_tactics" not in result.stderr
 
 
 # --- a real install in a temp venv ----------------------------------------------------------

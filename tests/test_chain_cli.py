@@ -299,6 +299,10 @@ def test_the_shipped_chain_replays_off_the_gpu_from_recorded_timings(both, tmp_p
     )
     assert done.returncode == 0, done.stderr
     assert f"wrote {out}" in done.stdout
+    # a note on the table (chosen on sm_103, read on no device) names the file, not the command
+    assert "python -m fi_patches tune" not in done.stderr, done.stderr
+    if "were chosen on" in done.stderr:
+        assert f"pins in {out} were chosen on sm_103" in done.stderr
     sidecar = json.loads(out.with_suffix(".provenance.json").read_text())
     assert sidecar["buckets"] == [r.to_json() for r in recorded]  # the same run, replayed
 
@@ -329,6 +333,19 @@ def test_bad_inputs_exit_1_naming_the_file_and_field(both, chain, tmp_path, caps
     assert "has no measurement of fused_wqa_wkv [128, 8, 1, 1]" in capsys.readouterr().err
     assert run_tune(chain, tmp_path / "p.toml", tmp_path / "none.json") == 1
     assert "cannot be read" in capsys.readouterr().err
+    # a tuner cache given as timings: say what it is and which command reads it
+    cache = tmp_path / "rank0.json"
+    cache.write_text(json.dumps({"_metadata": {"flashinfer_version": HERE}}))
+    assert run_tune(chain, tmp_path / "p.toml", cache) == 1
+    err = capsys.readouterr().err
+    assert err == (
+        f"tune: {cache}: is a FlashInfer tuner cache, not a timings file (which tune "
+        "--save-timings writes); pins record --from reads tuner caches\n"
+    )
+    table = tmp_path / "pins.json"
+    table.write_text(json.dumps({"meta": {"device": "sm_103", "flashinfer": HERE}}))
+    assert run_tune(chain, tmp_path / "p.toml", table) == 1
+    assert "is a pin table, not a timings file" in capsys.readouterr().err
     assert not (tmp_path / "p.toml").exists()
 
 

@@ -226,3 +226,142 @@ def test_a_directory_that_vanishes_is_one_line(tmp_path, cache):
     )
     assert result.returncode == 2
     one_line(result, str(gone))
+
+
+def mode_of(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def test_written_files_follow_the_umask_and_an_overwritten_file_keeps_its_mode(tmp_path, cache):
+    """A lockfile a server running as another user must read: new files get the umask's mode,
+    not ``mkstemp``'s 0600, and writing over a file keeps the mode it had."""
+    record = ["pins", "record", "--from", str(cache), "--device", "sm_103", "--out"]
+    for umask, expected in ((0o022, 0o644), (0o027, 0o640)):
+        out = tmp_path / f"umask{umask:o}.toml"
+        result = subprocess.run(
+            [sys.executable, "-m", "fi_patches", *record, str(out)],
+            capture_output=True,
+            text=True,
+            check=False,
+            umask=umask,
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stderr
+        assert mode_of(out) == expected, oct(mode_of(out))
+        assert result.stdout == f"wrote {out}: 1 [[low_latency]] entry\n"  # not "1 low_latency"
+    lockfile = tmp_path / "umask22.toml"
+    lockfile.chmod(0o644)
+    result = subprocess.run(
+        [sys.executable, "-m", "fi_patches", *record, str(lockfile)],
+        capture_output=True,
+        text=True,
+        check=False,
+        umask=0o077,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    assert mode_of(lockfile) == 0o644  # not narrowed to 0600 by the rewrite
+    # validate --report writes the markdown and the JSON beside it the same way
+    report = tmp_path / "r.md"
+    result = subprocess.run(
+        [sys.executable, "-m", "fi_patches", "validate", "--report", str(report)],
+        capture_output=True,
+        text=True,
+        check=False,
+        umask=0o022,
+        timeout=600,
+    )
+    assert result.returncode in (0, 1, 3), result.stderr
+    assert mode_of(report) == mode_of(report.with_suffix(".json")) == 0o644
+
+
+def test_tunes_table_and_sidecar_follow_the_umask(tmp_path):
+    """``tune`` writes its table, sidecar and timings through ``write_all``; with a real umask
+    set (and restored), new files get its mode and an existing one keeps its own."""
+    from fi_patches._atomic import write_all
+
+    table = tmp_path / "tuned.toml"
+    old = os.umask(0o002)
+    try:
+        write_all([(table, "a = 1\n"), (sidecar_path(table), "{}\n")])
+        assert mode_of(table) == mode_of(sidecar_path(table)) == 0o664
+        table.chmod(0o640)
+        os.umask(0o077)
+        write_all([(table, "a = 2\n"), (tmp_path / "new.json", "{}\n")])
+    finally:
+        os.umask(old)
+    assert table.read_text() == "a = 2\n"
+    assert mode_of(table) == 0o640
+    assert mode_of(tmp_path / "new.json") == 0o600  # the umask asked for it
+
+
+def test_an_output_that_is_one_of_the_inputs_is_refused_before_anything_is_read(tmp_path, cache):
+    """``--out`` naming an input (the same path, a symlink to it, or a relative path from
+    elsewhere) is refused with exit 2 before any input is read: the cache is left as it was."""
+    garbage = tmp_path / "inputs" / "broken.json"
+    garbage.write_text("{ not json")  # reading it would fail with another message
+    link = tmp_path / "link.json"
+    link.symlink_to(cache)
+    before = {p: p.read_bytes() for p in (cache, garbage)}
+    (tmp_path / "elsewhere").mkdir()
+    attempts = [
+        (["--from", str(cache), "--out", str(cache)], None),
+        (["--from", str(cache), "--out", str(link)], None),
+        (["--from", "../inputs/rank0.json", "--out", "../elsewhere/../inputs/rank0.json"], "x"),
+        (["--from", str(garbage), "--from", str(cache), "--out", str(garbage)], None),
+    ]
+    for args, relative in attempts:
+        cwd = tmp_path / "elsewhere" if relative else None
+        result = cli("pins", "record", "--device", "sm_103", *args, cwd=cwd)
+        assert result.returncode == 2, (args, result.stderr)
+        err = one_line(result, "--out", "is the same file as the input --from")
+        assert err.startswith("pins record: ")
+        assert result.stdout == ""
+    assert {p: p.read_bytes() for p in (cache, garbage)} == before
+
+
+@cpu_only
+def test_tune_and_validate_refuse_an_output_that_is_an_input(tmp_path):
+    chain = tmp_path / "chain.toml"
+    chain.write_text(LOW_LATENCY_CHAIN)
+    timings = tmp_path / "timings.json"
+    timings.write_text("{}")
+    pins = tmp_path / "pins.json"
+    pins.write_text("{}")
+    before = files_in(tmp_path)
+    cases = [
+        ("tune", "--chain", str(chain), "--out", str(chain)),
+        ("tune", "--chain", str(chain), "--out", "p.toml", "--timings", str(timings),
+         "--save-timings", str(timings)),
+        ("tune", "--chain", str(chain), "--out", "p.toml", "--pins", str(pins),
+         "--save-timings", str(pins)),
+        ("validate", "--pins", str(pins), "--report", str(tmp_path / "pins.md")),
+    ]  # fmt: skip
+    for args in cases:
+        result = cli(*args, cwd=tmp_path)
+        assert result.returncode == 2, (args, result.stderr)
+        one_line(result, "is the same file as the input")
+    assert files_in(tmp_path) == before
+    assert timings.read_text() == pins.read_text() == "{}"
+
+
+def test_help_names_the_program_as_invoked_in_plain_text(tmp_path):
+    """``fi-patches --help`` says ``usage: fi-patches``, ``python -m fi_patches --help`` says
+    that; neither, nor ``fi-patches-run --help``, shows reStructuredText's double backticks."""
+    scripts = {}
+    for name, entry in (("fi-patches", "fi_patches.cli"), ("fi-patches-run", "fi_patches.cli.run")):
+        script = tmp_path / name  # what the console-script entry point does
+        script.write_text(f"import sys\nfrom {entry} import main\nsys.exit(main())\n")
+        scripts[name] = script
+    for args, usage in (
+        ([str(scripts["fi-patches"]), "--help"], "usage: fi-patches "),
+        ([str(scripts["fi-patches"]), "hook", "--help"], "usage: fi-patches hook "),
+        (["-m", "fi_patches", "--help"], "usage: python -m fi_patches "),
+        ([str(scripts["fi-patches-run"]), "--help"], "usage: fi-patches-run "),
+    ):
+        result = subprocess.run(
+            [sys.executable, *args], capture_output=True, text=True, check=False, timeout=600
+        )
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith(usage), result.stdout
+        assert "``" not in result.stdout, result.stdout

@@ -154,7 +154,7 @@ def test_status_reports_a_table_chosen_on_another_device(sm103, tmp_path, monkey
     monkeypatch.setenv("FI_PATCHES_PINS", str(path))
     record = {r.name: r for r in fi_patches.status()}["pinned_tactics"]
     assert record.pins == (
-        f"1 [[low_latency]] entries from {path} skipped: pins in {path} were chosen on sm_100; "
+        f"1 [[low_latency]] entry from {path} skipped: pins in {path} were chosen on sm_100; "
         "this device is sm_103"
     )
 
@@ -174,13 +174,28 @@ def test_status_judges_a_lockfile_of_a_feature_of_any_device_against_the_target_
     monkeypatch.setenv("FI_PATCHES_PINS", str(path))
     monkeypatch.setenv("FI_PATCHES_DEVICE", "sm_90")
     record = {r.name: r for r in fi_patches.status()}["pinned_ops"]
-    assert record.pins == f"1 [[pin]] entries from {path}"
+    assert record.pins == f"1 [[pin]] entry from {path}"
     monkeypatch.setenv("FI_PATCHES_DEVICE", "sm_103")
     record = {r.name: r for r in fi_patches.status()}["pinned_ops"]
     assert record.pins == (
-        f"1 [[pin]] entries from {path} skipped: pins in {path} were chosen on sm_90; "
+        f"1 [[pin]] entry from {path} skipped: pins in {path} were chosen on sm_90; "
         "this device is sm_103"
     )
+
+
+def test_status_counts_and_names_sections_in_english(sm103, tmp_path, monkeypatch):
+    """Sections by their table names and counted nouns that agree: not "no pin pins"."""
+    flashinfer_or_skip()
+    path = tmp_path / "pins.toml"
+    entry = "[[low_latency]]\nn = 7168\nk = 1536\nmin_rows = {0}\nmax_rows = {0}\ntactic = [128, 8, 1, 1]\n"
+    path.write_text(
+        "[meta]\ndevice = 'sm_103'\nflashinfer = '>=0.7'\n" + entry.format(5) + entry.format(6)
+    )
+    monkeypatch.setenv("FI_PATCHES_PINS", str(path))
+    records = {r.name: r for r in fi_patches.status()}
+    assert records["pinned_ops"].pins == f"no [[pin]] entries in {path}"
+    if records["pinned_tactics"].enabled:
+        assert records["pinned_tactics"].pins == f"2 [[low_latency]] entries from {path}"
 
 
 def test_doctor_prints_a_table_and_json_and_exits_zero(capsys):

@@ -84,7 +84,10 @@ def test_record_merges_by_majority_and_records_the_disagreement(caches, tmp_path
     assert low_latency_rows(merged) == low_latency_rows(PinTable.from_file(single))
     assert other not in low_latency_rows(merged).values()
     note = merged.meta.note
-    assert note.startswith("merged 3 tuner caches: 3 of 4 buckets agree, 1 disagree")
+    assert note.startswith(
+        "merged 3 tuner caches: 3 of 4 buckets agree; 1 disagree, decided 1 by majority:\n"
+    )
+    assert "3 of 4 buckets agree; 1 disagreed, decided 1 by majority (see [meta] note)" in said
     assert f"low_latency {N}x{K} rows 5..8" in note and "(majority)" in note
     assert f"{list(other)}".replace(" ", "") in note and str(odd) in note
     assert merged.meta.source == f"recorded from {stock_a}, {odd}, {stock_b}"
@@ -135,7 +138,18 @@ def test_a_tie_goes_to_flashinfers_enumerator_order(caches, tmp_path, capsys):
     )
     tie = PinTable.from_file(out)
     assert low_latency_rows(tie)[8] == first
-    assert "(enumerator order)" in tie.meta.note
+    # no bucket had a majority: the summary counts what each rule decided, and the note has
+    # one line per disagreement, each cache named as given on the command line
+    said = capsys.readouterr().out
+    assert "1 disagreed, decided 1 by enumerator order (see [meta] note)" in said
+    assert "majority" not in said
+    lines = tie.meta.note.splitlines()
+    assert lines[0] == (
+        "merged 2 tuner caches: 3 of 4 buckets agree; 1 disagree, decided 1 by enumerator order:"
+    )
+    assert len(lines) == 2 and lines[1].startswith(f"low_latency {N}x{K} rows 5..8: ")
+    assert lines[1].endswith("(enumerator order)") and str(odd) in lines[1]
+    assert '"""' in out.read_text()  # a TOML multi-line string, read back as written
 
 
 def _record(cache: Path, out: Path) -> Path:
@@ -166,6 +180,22 @@ def test_diff_reports_each_differing_bucket_and_exits_one(caches, tmp_path, caps
     assert "0 of 4 buckets differ" in capsys.readouterr().out
     assert main(["pins", "diff", str(table), str(odd)]) == 1
     assert "1 of 4 buckets differ" in capsys.readouterr().out
+
+
+def test_diff_rows_come_in_numeric_order(pinning, tmp_path, capsys):
+    """Tiles 8..128 as numbers, not as text (which put 128 and 16 before 8)."""
+    tiles = (128, 16, 8, 24, 64, 32)
+    tables = []
+    for name, tactic in (("a", [128, 8, 1, 1]), ("b", [256, 4, 1, 1])):
+        path = tmp_path / f"{name}.toml"
+        text = '[meta]\ndevice = "sm_103"\nflashinfer = ">=0.7"\n'
+        for tile in tiles:
+            text += f"\n[[wide]]\nn = {N}\nk = {K}\ntile = {tile}\ntactic = {tactic}\n"
+        path.write_text(text)
+        tables.append(str(path))
+    assert main(["pins", "diff", *tables]) == 1
+    rows = [line.split()[3] for line in capsys.readouterr().out.splitlines() if "tile" in line]
+    assert rows == [str(t) for t in sorted(tiles)]
 
 
 def test_diff_of_an_unreadable_input_exits_two(pinning, tmp_path, capsys):

@@ -72,11 +72,13 @@ def pin_table(
     flashinfer: str,
     source: str,
     note: str,
+    path: str,
 ) -> PinTable:
     """The validated pin table of ``results`` (chosen on ``device`` with FlashInfer
-    ``flashinfer``, a version such as ``0.7.4``)."""
+    ``flashinfer``, a version such as ``0.7.4``), to be written to ``path``: what its messages
+    name it by (``source``, the command that chose it, goes in ``[meta]``)."""
     meta = {"device": device, "flashinfer": f"=={flashinfer}", "note": note, "source": source}
-    return PinTable.from_mapping({"meta": meta, **_entries(plan, results)}, source=source)
+    return PinTable.from_mapping({"meta": meta, **_entries(plan, results)}, source=path)
 
 
 def provenance(

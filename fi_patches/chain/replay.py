@@ -34,6 +34,26 @@ MAX_BYTES = 1 << 28
 """The largest timings file read (256 MiB; a chain's recording is a few MiB)."""
 
 
+def _other_kind(data: Any) -> str | None:
+    """What a JSON file given as timings is instead, when it is one of the files the other
+    commands read (a FlashInfer tuner cache, a pin table), and the command that reads it."""
+    from fi_patches.internals.tuner import V1_METADATA
+
+    if not isinstance(data, dict) or "format" in data:
+        return None
+    if V1_METADATA in data or any(isinstance(k, str) and k.startswith("(") for k in data):
+        return (
+            "is a FlashInfer tuner cache, not a timings file (which tune --save-timings "
+            "writes); pins record --from reads tuner caches"
+        )
+    if "meta" in data:
+        return (
+            "is a pin table, not a timings file (which tune --save-timings writes); "
+            "tune --pins reads pin tables"
+        )
+    return None
+
+
 class _Samples:
     def __init__(self, samples: list[float]) -> None:
         self.samples = samples
@@ -60,6 +80,9 @@ class ReplayTimer:
         except PinTableError as exc:
             raise ReplayError(exc.one_line()) from exc
         if not isinstance(data, dict) or data.get("format") != FORMAT:
+            other = _other_kind(data)
+            if other is not None:
+                raise ReplayError(f"{path}: {other}")
             found = data.get("format") if isinstance(data, dict) else type(data).__name__
             raise ReplayError(f"{path}: format = {value_text(found)}: must be {value_text(FORMAT)}")
         self.device = _text(path, data, "device")

@@ -10,9 +10,22 @@ from collections.abc import Sequence
 
 from fi_patches.cli import doctor, hook, pins, precompile, tune, validate
 
+DESCRIPTION = (
+    "fi_patches' command line: check this install (doctor), record, compare and check pin "
+    "tables (pins), choose pins by timing (tune), check them on the GPU (validate), compile "
+    "the wide kernels ahead (precompile) and manage the start-up hook (hook)."
+)
+
+
+def program_name(argv0: str | None = None) -> str:
+    """The program as the user invoked it: ``fi-patches`` from the console script, ``python -m
+    fi_patches`` from the module (whose ``argv[0]`` is the path of its ``__main__.py``)."""
+    name = os.path.basename(sys.argv[0] if argv0 is None else argv0)
+    return "python -m fi_patches" if name in ("__main__.py", "-c", "") else name
+
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m fi_patches", description=__doc__)
+    parser = argparse.ArgumentParser(prog=program_name(), description=DESCRIPTION)
     parser.add_argument("-v", "--verbose", action="store_true", help="show fi_patches' log")
     commands = parser.add_subparsers(dest="command", required=True)
     doctor.register(commands)

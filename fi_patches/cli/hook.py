@@ -184,10 +184,12 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def register(commands: Any) -> None:
+    from fi_patches._words import plain
+
     parser = commands.add_parser(
         "hook",
         help="install, uninstall or report the FI_PATCHES_AUTO start-up hook",
-        description=__doc__,
+        description=plain(__doc__ or ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     verbs = parser.add_subparsers(dest="verb", required=True)

@@ -111,13 +111,14 @@ def _flashinfer_missing() -> str:
 def run_record(args: argparse.Namespace) -> int:
     import json
 
-    from fi_patches._atomic import OutputError, check_output, write_all
+    from fi_patches._atomic import OutputError, check_output, overwrites_input, write_all
+    from fi_patches._words import section_counts
     from fi_patches.compat.installed import installed_flashinfer
     from fi_patches.internals import tuner as fi_tuner
     from fi_patches.pins.diff import bucket_label
     from fi_patches.pins.errors import PinTableError
     from fi_patches.pins.files import PIN_SUFFIXES
-    from fi_patches.pins.merge import merge, provenance, runner_order
+    from fi_patches.pins.merge import merge, provenance, rule_counts, runner_order
     from fi_patches.pins.record import (
         TunerCacheError,
         is_fallback,
@@ -127,6 +128,10 @@ def run_record(args: argparse.Namespace) -> int:
     )
     from fi_patches.pins.toml_writer import dumps
 
+    clash = overwrites_input([("--out", args.out)], [("--from", s) for s in args.sources])
+    if clash:
+        print(f"pins record: {clash}", file=sys.stderr)
+        return 2
     if args.out:
         try:
             check_output(args.out, PIN_SUFFIXES)
@@ -206,7 +211,7 @@ def run_record(args: argparse.Namespace) -> int:
     )
     summary = (
         f"{keys - len(votes)} of {keys} buckets agree; {len(votes)} disagreed, decided "
-        "by majority, then enumerator order (see [meta] note)"
+        f"{rule_counts(votes)} (see [meta] note)"
         if votes
         else f"all {keys} buckets agree"
     )
@@ -224,9 +229,7 @@ def run_record(args: argparse.Namespace) -> int:
         except OutputError as exc:
             print(f"pins record: --out {exc}", file=sys.stderr)
             return 2
-        counts = (
-            ", ".join(f"{len(v)} {k}" for k, v in mapping.items() if k != "meta") or "no entries"
-        )
+        counts = section_counts(mapping)
         print(f"wrote {args.out}: {counts}" + (f" ({summary})" if len(paths) > 1 else "") + skipped)
         print("\n".join(disagreements), end="\n" if disagreements else "")
     else:

@@ -8,6 +8,7 @@ import shutil
 import sys
 from collections.abc import Sequence
 
+from fi_patches._words import plain
 from fi_patches.cli.hook import hook_installed
 from fi_patches.startup import ENV
 
@@ -15,7 +16,7 @@ from fi_patches.startup import ENV
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if not args or args[0] in ("-h", "--help"):
-        print("usage: fi-patches-run COMMAND [ARGS...]\n\n" + (__doc__ or "").strip())
+        print("usage: fi-patches-run COMMAND [ARGS...]\n\n" + plain(__doc__ or "").strip())
         return 0 if args else 2
     if not hook_installed():
         print(

@@ -59,7 +59,7 @@ def _command(args: argparse.Namespace) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fi_patches._atomic import OutputError, check_output
+    from fi_patches._atomic import OutputError, check_output, overwrites_input
     from fi_patches.chain.errors import ChainError
     from fi_patches.chain.output import sidecar_path
     from fi_patches.chain.spec import ChainSpec, chain_path
@@ -68,6 +68,16 @@ def run(args: argparse.Namespace) -> int:
     from fi_patches.pins.files import PIN_SUFFIXES
     from fi_patches.pins.table import PinTable
 
+    clash = overwrites_input(
+        [
+            ("--out", args.out),
+            ("the provenance sidecar", sidecar_path(args.out)),
+            ("--save-timings", args.save_timings),
+        ],
+        [("--chain", args.chain), ("--pins", args.pins), ("--timings", args.timings)],
+    )
+    if clash:
+        return _fail(clash, 2)
     try:
         outputs = [check_output(args.out, PIN_SUFFIXES)]
         outputs.append(check_output(sidecar_path(args.out)))
@@ -188,6 +198,7 @@ def _tune(
         flashinfer=version,
         source=_command(args),
         note=output.note(spec, results, sidecar.name),
+        path=str(args.out),
     )
     if not _checked(table):
         return 1
@@ -205,7 +216,9 @@ def _tune(
         files.append((args.save_timings, timer.text(device=device, flashinfer=version)))
     write_all(files)
     print(_report(results))
-    counts = ", ".join(f"{len(v)} {k}" for k, v in table.to_mapping().items() if k != "meta")
+    from fi_patches._words import section_counts
+
+    counts = section_counts(table.to_mapping())
     print(f"wrote {args.out} ({counts}) and {sidecar}")
     return 0
 

@@ -34,7 +34,7 @@ def register(commands: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from fi_patches._atomic import OutputError, check_output, write_all
+    from fi_patches._atomic import OutputError, check_output, overwrites_input, write_all
     from fi_patches.chain.errors import ChainError
     from fi_patches.chain.report import NOT_RUN
     from fi_patches.chain.spec import ChainSpec, chain_path
@@ -43,6 +43,15 @@ def run(args: argparse.Namespace) -> int:
     from fi_patches.pins.errors import PinTableError
     from fi_patches.pins.table import PinTable
 
+    if args.report:
+        report_json = Path(args.report).with_suffix(".json")
+        clash = overwrites_input(
+            [("--report", args.report), ("the JSON report", report_json)],
+            [("--pins", args.pins), ("--chain", args.chain)],
+        )
+        if clash:
+            print(f"validate: {clash}", file=sys.stderr)
+            return 2
     try:
         table = PinTable.from_file(args.pins) if args.pins else default_pins()
         spec = ChainSpec.from_file(chain_path(args.chain)) if args.chain else None

@@ -26,6 +26,7 @@ __all__ = [
     "Internal",
     "InternalError",
     "OneOf",
+    "absence",
     "declared",
     "error_text",
     "modules_of",
@@ -46,6 +47,21 @@ def declared() -> tuple[Declared, ...]:
         + vllm.INTERNALS
         + sglang.INTERNALS
     )
+
+
+def absence(internal: Declared) -> str:
+    """Why ``internal`` does not resolve here, as a clause: its package is not installed
+    (``vLLM is not installed``), else the path that is not there in this release."""
+    from fi_patches.internals import cute_dsl, flashinfer, sglang, vllm
+
+    module = (internal.options[0] if isinstance(internal, OneOf) else internal).module
+    top = module.partition(".")[0]
+    for dependency in (flashinfer.FLASHINFER, cute_dsl.CUTE_DSL, vllm.VLLM, sglang.SGLANG):
+        if dependency.module == top and not dependency.installed():
+            return f"{dependency.label} is not installed here, so {internal.path} is not there"
+    if isinstance(internal, OneOf):
+        return f"none of {internal.path} is there"
+    return f"{internal.path} is not there"
 
 
 def needed_by(feature: str) -> tuple[Declared, ...]:

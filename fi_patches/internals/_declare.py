@@ -66,6 +66,15 @@ class Dependency:
     list and ``compat/matrix.toml`` to each other); another release inside ``verified`` is
     enabled only with a reason saying no cell ran it."""
 
+    def installed(self) -> bool:
+        """Whether the package can be imported here at all (found, not imported)."""
+        import importlib.util
+
+        try:
+            return importlib.util.find_spec(self.module) is not None
+        except (ImportError, ValueError):
+            return False
+
 
 @dataclass(frozen=True)
 class Internal:

@@ -42,9 +42,11 @@ def _view(table: PinTable, sections: tuple[str, ...]) -> PinTable:
 
 def applicable(
     table: PinTable | str | os.PathLike[str] | Mapping[str, object] | None,
+    who: str = "fi_patches.pinned_tactics()",
 ) -> tuple[PinTable | None, tuple[str, ...]]:
     """The table to activate and the sections of it that apply here; ``(None, ())`` when
-    nothing applies (the reasons are logged once)."""
+    nothing applies (the reasons are logged once, led by ``who``: what the user did that
+    asked for the pins, such as a ``pinned_tactics()`` block or process-wide pins)."""
     resolved = default_pins() if table is None else as_table(table)
     from fi_patches.pinning import stack
 
@@ -73,7 +75,8 @@ def applicable(
             logger,
             logging.WARNING,
             "disabled:" + ";".join(ignored),
-            "fi_patches.pinned_tactics() ignores the %s pins: %s",
+            "%s ignores the %s pins: %s",
+            who,
             "/".join(s.split(" ")[0] for s in ignored),
             "; ".join(ignored),
         )
@@ -85,7 +88,8 @@ def applicable(
             logger,
             logging.WARNING,
             f"skip:{skip}",
-            "fi_patches.pinned_tactics() skips a table: %s",
+            "%s skips a table: %s",
+            who,
             skip,
         )
         return None, ()

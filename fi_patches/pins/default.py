@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fi_patches import _env
+from fi_patches import _words as words
 from fi_patches.compat.evaluate import on_refresh
 from fi_patches.pins.errors import PinTableError
 from fi_patches.pins.generation import bump
@@ -95,7 +96,7 @@ def describe_default_pins(feature: str, record: FeatureStatus) -> str:
         return (
             f"no pins ({ENV} unset and none registered)"
             if not _env.get(_env.PINS)
-            else (f"no {'/'.join(sections)} pins in {table.source}")
+            else f"no {words.sections(sections, 'or')} entries in {table.source}"
         )
     from fi_patches.compat.device import current_device
     from fi_patches.compat.versions import parse_version
@@ -103,5 +104,6 @@ def describe_default_pins(feature: str, record: FeatureStatus) -> str:
     # The device the pins would run on, as pinned_tactics() judges it (a feature of any device
     # records "any", which says nothing of the table's device).
     skip = table.skip_reason(current_device().arch, parse_version(record.flashinfer))
-    what = f"{count} {' / '.join(f'[[{name}]]' for name in sections)} entries from {table.source}"
+    kinds = words.sections(sections)
+    what = f"{words.counted(count, f'{kinds} entry', f'{kinds} entries')} from {table.source}"
     return f"{what} skipped: {skip}" if skip else what

@@ -193,7 +193,7 @@ def differing(choices: Sequence[Choices]) -> tuple[list[BucketDiff], int]:
         keys |= {
             _lane(k, apart) for found in choices for pin in found.pins for k in _pin_buckets(pin)
         }
-    ordered = sorted(keys, key=repr)
+    ordered = sorted(keys, key=_natural)
     diffs = []
     for key in ordered:
         values = tuple(
@@ -203,6 +203,18 @@ def differing(choices: Sequence[Choices]) -> tuple[list[BucketDiff], int]:
         if len({repr(v) for v in values}) > 1:
             diffs.append(BucketDiff(key, values))
     return diffs, len(ordered)
+
+
+def _natural(value: Any) -> tuple[Any, ...]:
+    """A sort key that orders numbers by value, not by their text (rows 2 before rows 9..16),
+    whatever mix of sections, names and profiles the keys hold."""
+    if isinstance(value, bool) or not isinstance(value, (int, str, tuple)):
+        return (3, repr(value))
+    if isinstance(value, int):
+        return (0, value)
+    if isinstance(value, str):
+        return (1, value)
+    return (2, tuple(_natural(part) for part in value))
 
 
 def bucket_label(key: BucketKey, bucket_of: Callable[[int], int] | None) -> str:

@@ -192,23 +192,35 @@ def runner_order(sm_version: int) -> TieOrder:
     return order
 
 
+def rule_counts(votes: Sequence[Vote]) -> str:
+    """How many disagreements each rule decided, in the order the rules apply: ``12 by
+    majority, 18 by enumerator order`` (rules that decided none left out)."""
+    from fi_patches._words import joined
+
+    made = [
+        (rule, sum(1 for v in votes if v.rule == rule)) for rule in (MAJORITY, ENUMERATOR, TEXT)
+    ]
+    return joined([f"{count} by {rule}" for rule, count in made if count])
+
+
 def provenance(
     labels: Sequence[str], votes: Sequence[Vote], buckets: int, where: Callable[[Vote], str]
 ) -> str:
-    """The ``[meta] note`` of a merged table: how many buckets agreed, and each disagreement."""
+    """The ``[meta] note`` of a merged table: how many buckets agreed, how many each rule
+    decided, then each disagreement on a line of its own (inputs named as given)."""
     head = f"merged {len(labels)} tuner caches: {buckets - len(votes)} of {buckets} buckets agree"
     if not votes:
         return head
     from fi_patches.pins.schema import TEXT_MAX
 
-    intro = f"{head}, {len(votes)} disagree (majority, then enumerator order, then text order): "
+    intro = f"{head}; {len(votes)} disagree, decided {rule_counts(votes)}:"
     # as many disagreements as the note holds, the count of the rest after them
-    budget = TEXT_MAX - len(intro) - len(f"; and {len(votes)} more")
+    budget = TEXT_MAX - len(intro) - len(f"\nand {len(votes)} more")
     shown: list[str] = []
-    for vote in votes[:20]:
+    for vote in votes:
         text = vote.describe(where(vote))
-        if sum(len(t) + 2 for t in shown) + len(text) > budget:
+        if sum(len(t) + 1 for t in shown) + len(text) + 1 > budget:
             break
         shown.append(text)
-    more = f"; and {len(votes) - len(shown)} more" if len(votes) > len(shown) else ""
-    return f"{intro}{'; '.join(shown)}{more}"
+    more = [f"and {len(votes) - len(shown)} more"] if len(votes) > len(shown) else []
+    return "\n".join([intro, *shown, *more])

@@ -10,6 +10,12 @@ from collections.abc import Mapping
 from typing import Any
 
 
+def _basic(text: str) -> str:
+    """``text`` as a TOML basic string: JSON's escapes, no surrogate pairs, and DEL escaped too
+    (JSON leaves it raw; TOML forbids it)."""
+    return json.dumps(text, ensure_ascii=False).replace("\x7f", "\\u007f")
+
+
 def _value(value: Any) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -18,9 +24,10 @@ def _value(value: Any) -> str:
     if isinstance(value, float) and math.isfinite(value):
         return repr(value)
     if isinstance(value, str):
-        # a TOML basic string: JSON's escapes, no surrogate pairs, and DEL escaped too (JSON
-        # leaves it raw; TOML forbids it)
-        return json.dumps(value, ensure_ascii=False).replace("\x7f", "\\u007f")
+        if "\n" in value:  # a multi-line basic string: each line as a basic string's inside
+            lines = [_basic(line)[1:-1] for line in value.split("\n")]
+            return '"""\n' + "\n".join(lines) + '"""'
+        return _basic(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_value(v) for v in value) + "]"
     if isinstance(value, Mapping):

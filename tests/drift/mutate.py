@@ -20,7 +20,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from fi_patches.internals import Declared, Internal, OneOf
+from fi_patches.internals import Declared, Internal, OneOf, absence
 
 SUFFIX = "_drift"
 """What ``renamed`` appends to the name, and ``signature`` to each parameter's name."""
@@ -198,10 +198,10 @@ def apply(declared: Declared, mutation: str) -> str:
             raise ValueError(f"a OneOf can only be removed, not {mutation!r}")
         there = [o for o in declared.options if present(o)]
         if not there:
-            raise NotApplicable(f"none of {declared.path} is there")
+            raise NotApplicable(absence(declared))
         return "; ".join(apply(o, mutation) for o in there)
     if not present(declared):
-        raise NotApplicable(f"{declared.path} is not there")
+        raise NotApplicable(absence(declared))
     if not declared.attr:
         if mutation not in ("removed", "renamed"):
             raise ValueError(f"a module can only be removed or renamed, not {mutation!r}")

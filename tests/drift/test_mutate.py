@@ -225,3 +225,27 @@ def test_a_one_of_is_removed_in_every_option_that_is_there(fake: ModuleType) -> 
     assert either.probe() is not None
     with pytest.raises(mutate.NotApplicable):
         mutate.apply(either, "removed")
+
+
+@pytest.mark.parametrize("host", ["vllm", "sglang"])
+def test_an_internal_of_a_package_not_installed_says_the_package_is_not_installed(
+    host: str,
+) -> None:
+    """The drift suite's skip reads "vLLM is not installed here", not only that a path of it is
+    not there, which reads as a vLLM release that moved it."""
+    import importlib.util
+
+    from fi_patches.internals import declared
+
+    if importlib.util.find_spec(host) is not None:
+        pytest.skip(f"{host} is installed here")
+    label = {"vllm": "vLLM", "sglang": "SGLang"}[host]
+    theirs = [d for d in declared() if d.path.startswith(f"{host}.")]
+    assert theirs
+    for declaration in theirs:
+        with pytest.raises(mutate.NotApplicable) as caught:
+            mutate.apply(declaration, "removed")
+        assert (
+            str(caught.value)
+            == f"{label} is not installed here, so {declaration.path} is not there"
+        )

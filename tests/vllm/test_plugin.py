@@ -100,10 +100,13 @@ def test_load_general_plugins_activates_the_pins_once_however_often_it_runs(tmp_
     assert re.search(
         r"^\(MainProcess pid=\d+\) INFO \d\d-\d\d [\d:]+ \[plugin\.py:\d+\] fi_patches vLLM "
         rf"plugin: active \(FI_PATCHES_PINS is set\): pins from {re.escape(str(pins))} "
-        r"\(1 low_latency\), applied when FlashInfer is imported; routing armed",
+        r"\(1 \[\[low_latency\]\] entry\), applied when FlashInfer is imported; routing armed",
         plugin[0],
     ), plugin[0]
-    assert any(f"fi_patches.auto: pinning low_latency from {pins}" in line for line in lines)
+    assert any(
+        f"fi_patches.auto: pinning the [[low_latency]] entries from {pins}" in line
+        for line in lines
+    )
     assert not [line for line in lines if " ERROR " in line or " WARNING " in line], lines
 
 
