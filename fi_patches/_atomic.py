@@ -41,7 +41,16 @@ _umask_lock = threading.Lock()
 
 
 def _umask() -> int:
-    """The process's umask (read by setting it and setting it back, under a lock)."""
+    """The process's umask: read from ``/proc/self/status`` where Linux has it (changing nothing,
+    so other threads creating files meanwhile are unaffected), else by setting it and setting it
+    back, under a lock."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     with _umask_lock:
         mask = os.umask(0o077)
         os.umask(mask)
