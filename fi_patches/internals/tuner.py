@@ -282,14 +282,6 @@ PROFILE_SINGLE_KERNEL = Internal(
 """Times one candidate: for a pinned key, the default candidate that ``autotune_v2`` races
 beside the runners' lists is not timed."""
 
-GET_INPUT_SIZES = Internal(
-    "get_input_sizes",
-    METHOD,
-    AUTOTUNER,
-    "AutoTuner._get_input_sizes",
-    (PRESEED,),
-    params=("inputs",),
-)
 PROFILING_CACHE = Internal(
     "profiling_cache",
     ATTRIBUTE,
@@ -384,7 +376,6 @@ INTERNALS = (
     NEAREST_PROFILE,
     GET_CACHE_KEY,
     PROFILE_SINGLE_KERNEL,
-    GET_INPUT_SIZES,
     PROFILING_CACHE,
     PREPARE_INPUTS,
     TUNING_CONFIG_CLASS,
@@ -427,16 +418,6 @@ def nearest_profile(instance: Any, shapes: Any, config: Any) -> tuple[tuple[int,
     """The profile FlashInfer's key holds for a call of ``shapes`` under ``config``."""
     found = instance._find_nearest_profile(tuple(tuple(s) for s in shapes), config)
     return tuple(tuple(int(d) for d in s) for s in found)
-
-
-def input_sizes(instance: Any, inputs: list[Any]) -> tuple[tuple[int, ...], ...]:
-    """The input shapes as the tuner reads them (a non-tensor input counts as ``(0,)``)."""
-    return tuple(GET_INPUT_SIZES.resolve()(instance, inputs))
-
-
-def cache_key(op: str, runner: Any, shapes: Any, config: Any, extras: Any) -> Any:
-    """FlashInfer's cache key for ``runner`` under ``op`` at ``shapes``."""
-    return GET_CACHE_KEY.resolve()(op, runner, shapes, config, extras)
 
 
 def profile_inputs(instance: Any, profile: Any, inputs: Any) -> list[Any]:

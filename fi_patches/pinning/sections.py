@@ -143,14 +143,6 @@ WIDE = Specialization(
 SPECIALIZATIONS: tuple[Specialization, ...] = (LOW_LATENCY, CUTE_DSL, WIDE)
 
 
-def specialization(section: str) -> Specialization | None:
-    """The specialization of ``section``, or None for a section of no runner."""
-    for spec in SPECIALIZATIONS:
-        if spec.section == section:
-            return spec
-    return None
-
-
 def runner_names(table: Any) -> tuple[str, ...]:
     """The runner classes whose ``get_valid_tactics`` pinning ``table`` wraps."""
     from fi_patches.pins.tuner_pin import SECTION
