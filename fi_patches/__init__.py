@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from fi_patches import _state
 from fi_patches._lazy import lazy_exports
-from fi_patches._version import VERSION
+from fi_patches._version import VERSION as __version__
 
 TYPE_CHECKING = False  # not typing's: the start-up hook imports this package at every start
-
-__version__ = VERSION
 
 _EXPORTS = {
     "status": "fi_patches.overview",
