@@ -5,11 +5,11 @@
 
 from __future__ import annotations
 
+from fi_patches import _state
 from fi_patches._lazy import lazy_exports
+from fi_patches._version import VERSION as __version__
 
 TYPE_CHECKING = False  # not typing's: the start-up hook imports this package at every start
-
-__version__ = "0.1.0"
 
 _EXPORTS = {
     "status": "fi_patches.overview",
@@ -48,3 +48,12 @@ if TYPE_CHECKING:
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+
+
+def _disable() -> None:
+    """``disable()``, imported when first called: what the rank guard's ``on_mismatch="disable"``
+    calls through :mod:`fi_patches._state`, which sits below everything ``disable()`` takes off."""
+    __getattr__("disable")()
+
+
+_state.on_disable(_disable)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fi_patches import _import_hooks
+from fi_patches import _state as process
 from fi_patches import _words as words
 from fi_patches._logging import get_logger
 from fi_patches.internals.flashinfer import FLASHINFER
@@ -21,7 +22,6 @@ logger = get_logger(__name__)
 
 @dataclass
 class _State:
-    requested: bool = False
     hook_registered: bool = False
     table: Any = None
     held: list[Any] = field(default_factory=list)
@@ -38,7 +38,7 @@ def _apply(module: Any = None) -> None:
     from fi_patches.pins.errors import PinTableError
 
     with _lock:
-        if not _state.requested or _state.table is not None:
+        if not process.requested() or _state.table is not None:
             return
         if not _state.held:
             from fi_patches.ranks import automatic
@@ -89,7 +89,7 @@ def enable() -> None:
     from fi_patches.pinning import stack
 
     with _lock:
-        _state.requested = True
+        process.set_requested(True)
         stack.resume()
         if FLASHINFER.module in sys.modules:
             _apply()  # imported already (the start-up hook calls this just after the import)
@@ -111,7 +111,7 @@ def disable() -> None:
     from fi_patches.ranks.automatic import GUARD
 
     with _lock:
-        _state.requested = False
+        process.set_requested(False)
         if _state.table is not None:
             stack.remove_process_table(_state.table)
         for hold in reversed(_state.held):
@@ -128,7 +128,7 @@ def disable() -> None:
 
 def requested() -> bool:
     """Whether process-wide pins are requested (``fi_patches.auto``, ``enable()``)."""
-    return _state.requested
+    return process.requested()
 
 
 def outcome() -> str:

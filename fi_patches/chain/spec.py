@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fi_patches._limits import LOW_LATENCY_MAX_ROWS, WIDE_MAX_ROWS
 from fi_patches.chain.errors import ChainSpecError
-from fi_patches.chain.routes import check_routes
+from fi_patches.chain.routes import section_for
 from fi_patches.pins.errors import LEFT_OUT, PinProblem, PinTableError
 from fi_patches.pins.fields import FieldReader
 from fi_patches.pins.files import read_data_file
+from fi_patches.wide.tactics import pick_tile
 
 RUNNERS = ("low_latency", "wide", "cute_dsl", "mxfp8")
 """Runner names an op may give: one of the three pinnable runners, or ``mxfp8`` for the route
@@ -280,3 +282,71 @@ def _check_ops(ops: list[OpSpec], source: str, problems: list[PinProblem]) -> No
                 )
             )
         seen.setdefault(op.name, op.index)
+
+
+def check_routes(
+    ops: Sequence[OpSpec], buckets: Sequence[Bucket], source: str, problems: list[PinProblem]
+) -> None:
+    """Each op's runner serves every row of every bucket with one section (and, for wide
+    tiles, one tile per bucket and a different tile for each bucket)."""
+    for op in ops:
+        tiles: dict[int, int] = {}
+        for bucket in buckets:
+            where = f"[[bucket]] #{bucket.index}"
+            rows = range(bucket.min_rows, bucket.max_rows + 1)
+            sections = {section_for(op.runner, r) for r in rows}
+            if None in sections:
+                served = [r for r in rows if section_for(op.runner, r) is not None]
+                what = f"rows {served[0]}..{served[-1]} of it" if served else "none of its rows"
+                problems.append(
+                    PinProblem(
+                        source,
+                        where,
+                        "max_rows",
+                        bucket.max_rows,
+                        f"op {op.name!r} (runner {op.runner}) serves {what}",
+                    )
+                )
+                continue
+            if len(sections) > 1:
+                routes = " and ".join(sorted(str(s) for s in sections))
+                problems.append(
+                    PinProblem(
+                        source,
+                        where,
+                        "max_rows",
+                        bucket.max_rows,
+                        f"rows {bucket.label} span the {routes}"
+                        f" routes of op {op.name!r} (runner {op.runner}); split the "
+                        f"bucket at {LOW_LATENCY_MAX_ROWS} and {WIDE_MAX_ROWS}",
+                    )
+                )
+                continue
+            if sections != {"wide"}:
+                continue
+            bucket_tiles = {pick_tile(r) for r in rows}
+            if len(bucket_tiles) > 1:
+                problems.append(
+                    PinProblem(
+                        source,
+                        where,
+                        "max_rows",
+                        bucket.max_rows,
+                        f"rows {bucket.label} need wide tiles {sorted(bucket_tiles)} for "
+                        f"op {op.name!r}; a wide pin is per tile, so split the bucket",
+                    )
+                )
+                continue
+            tile = bucket_tiles.pop()
+            if tile in tiles:
+                problems.append(
+                    PinProblem(
+                        source,
+                        where,
+                        "min_rows",
+                        bucket.min_rows,
+                        f"rows {bucket.label} use wide tile {tile} like [[bucket]] "
+                        f"#{tiles[tile]}; a wide pin is per tile, so merge them",
+                    )
+                )
+            tiles.setdefault(tile, bucket.index)

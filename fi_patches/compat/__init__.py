@@ -1,6 +1,25 @@
 """The compat layer: what the patched packages and the device are, and whether each feature is
-enabled (with the reason when it is not)."""
+enabled (with the reason when it is not). Importing this package imports none of its modules
+(the names below load on first use), so ``compat.device`` and ``compat.versions``, which the
+lockfile format reads, import no evaluation."""
 
-from fi_patches.compat.evaluate import FeatureStatus, refresh, status_of
+from __future__ import annotations
 
-__all__ = ["FeatureStatus", "refresh", "status_of"]
+from typing import TYPE_CHECKING
+
+from fi_patches._lazy import lazy_exports
+
+_EXPORTS = {
+    "FeatureStatus": "fi_patches.compat.evaluate",
+    "refresh": "fi_patches.compat.evaluate",
+    "status_of": "fi_patches.compat.evaluate",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from fi_patches.compat.evaluate import FeatureStatus as FeatureStatus
+    from fi_patches.compat.evaluate import refresh as refresh
+    from fi_patches.compat.evaluate import status_of as status_of
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

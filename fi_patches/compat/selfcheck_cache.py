@@ -81,14 +81,14 @@ def bypass(on: bool = True) -> None:
 def _fi_patches_fingerprint() -> str:
     """The fi_patches version and a digest of its source files' sizes and mtimes (an editable
     install changes code without changing the version)."""
-    import fi_patches
+    from fi_patches._version import VERSION
 
-    root = Path(fi_patches.__file__).parent
+    root = Path(__file__).parent.parent  # the fi_patches package
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*.py")):
         stat = path.stat()
         digest.update(f"{path.relative_to(root)}:{stat.st_size}:{stat.st_mtime_ns};".encode())
-    return f"{fi_patches.__version__}+{digest.hexdigest()[:16]}"
+    return f"{VERSION}+{digest.hexdigest()[:16]}"
 
 
 def _version(distribution: str) -> str:

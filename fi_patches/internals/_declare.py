@@ -107,12 +107,6 @@ class Internal:
         return f"{self.module}.{self.attr}" if self.attr else self.module
 
     @property
-    def owner_path(self) -> tuple[str, str]:
-        """``(module, dotted owner)`` of the attribute (owner empty: the module itself)."""
-        owner, _, _ = self.attr.rpartition(".")
-        return self.module, owner
-
-    @property
     def name(self) -> str:
         """The last part of the path: the attribute's own name."""
         return self.attr.rpartition(".")[2] if self.attr else self.module.rpartition(".")[2]

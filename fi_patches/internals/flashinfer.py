@@ -404,11 +404,6 @@ def cute_dsl_runner(sm_major: int, sm_minor: int, enable_pdl: bool, out_dtype: A
     return CUTE_DSL_RUNNER.resolve()(sm_major, sm_minor, enable_pdl, out_dtype)
 
 
-def runner_class_location(internal: Internal) -> tuple[str, str]:
-    """``(module, class name)`` of the runner class a factory builds."""
-    return internal.module, internal.builds
-
-
 def tuning_config() -> Any:
     """``mm_mxfp8``'s tuning config (its first dynamic spec maps rows to buckets)."""
     return TUNING_CONFIG.resolve()

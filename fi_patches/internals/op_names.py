@@ -245,11 +245,6 @@ def compile_pattern(pattern: Pattern) -> re.Pattern[str]:
     return re.compile("".join(_HOLES.get(p) or re.escape(p) for p in pattern))
 
 
-def pattern_text(pattern: Pattern) -> str:
-    """The pattern as messages show it: holes as ``{int}`` and ``{...}``."""
-    return "".join({INT: "{int}", ANY: "{...}"}.get(p, p) for p in pattern)
-
-
 def read(sources: Iterable[bytes]) -> frozenset[Pattern]:
     """The op name patterns of the source files ``sources`` (a file that does not parse is
     skipped)."""

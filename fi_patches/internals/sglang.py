@@ -57,9 +57,6 @@ ENTRY_POINT_VALUE = "fi_patches.sglang.plugin:register"
 ENVIRON_MODULE = "sglang.srt.environ"
 PLUGINS_ENV = "SGLANG_PLUGINS"
 """SGLang's whitelist of general plugins (comma-separated names; unset: all of them)."""
-PLATFORM_ENV = "SGLANG_PLATFORM"
-"""Selects a platform plugin; SGLang then skips general plugins of the other platforms' dists."""
-PLATFORM_PLUGINS_GROUP = "sglang.srt.platforms"
 
 LOGGER = "sglang"
 
@@ -75,15 +72,12 @@ GROUP_SITE = "_autotune_process_group"
 SET_GROUP = "set_autotune_process_group"
 CACHE_PATH = "flashinfer_autotune_cache_path"
 
-CACHE_DIR_ENV = "SGLANG_CACHE_DIR"
 CACHE_SUBDIR = ("flashinfer", "autotune")
 """``$SGLANG_CACHE_DIR/flashinfer/autotune/<FlashInfer version>/sm<XY>/<model key>/``."""
 RUNS_DIR = "runs"
 """Per-start files (``SGLANG_FLASHINFER_AUTOTUNE_CACHE=0``), beside the rank files."""
 RANK_FILE = re.compile(r"^rank_tp(\d+)_pp(\d+)_dp(\d+)(?:_gpu[\w-]+)?(?:\.[\w.]+)?\.json$")
 """``rank_tp{t}_pp{p}_dp{d}[_gpu<uuid>].json``; a per-start file adds ``.<time>.<uuid>``."""
-MODEL_KEY = re.compile(r"^[0-9a-f]{16}$")
-"""The first 16 hex digits of the sha256 of SGLang's model key."""
 LAYOUT_CONSTANTS = ("flashinfer", "autotune", "rank_tp", "_pp", "_dp", ".json")
 """The strings ``flashinfer_autotune_cache_path`` builds the rank file's path from."""
 TUNER_MODULE = "flashinfer.autotuner"

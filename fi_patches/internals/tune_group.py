@@ -45,7 +45,6 @@ CANDIDATES_PHASE = "candidates"
 PREPARE_INPUTS = "AutoTuner._prepare_input_tensors"
 """Builds the profiling inputs of one optimization profile (the bucket) just before the
 candidates of that profile are listed."""
-PREPARE_INPUTS_PARAMS = ("profile", "inputs")
 OPT_SHAPES = "get_opt_shapes"
 """``OptimizationProfile.get_opt_shapes()``: the shapes a profile (one bucket) tunes at."""
 

@@ -7,16 +7,17 @@ per-op declaration.
 The behavioural checks run FlashInfer's own tuner code on a runner of fi_patches' own (no
 device, no tensors): a key built by FlashInfer must read back, through
 :mod:`fi_patches.pins.keys`, as the key fi_patches builds for the same call, and a cache
-FlashInfer's own writers write must read back, through :mod:`fi_patches.pins.record` (which
-reads the file forms through the accessors below), to the key and tactic written.
+FlashInfer's own writers write must read back, through the file-form readers below (which
+:mod:`fi_patches.pins.record` reads caches with), to the key and tactic written.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import tempfile
-from collections.abc import Iterator, Mapping, MutableMapping
+from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -113,11 +114,28 @@ def probe_key() -> tuple[Any, Any]:
     return key, ours
 
 
-def _read_back(entries: list[Any], ours: Any, form: str) -> str | None:
+def _winners(found: Iterable[tuple[str, Any, Any]]) -> list[tuple[Any, Any]]:
+    """``(TunerKey, tactic)`` of each winner a file form yields whose key parses and names its
+    runner, as :mod:`fi_patches.pins.record` reads them."""
+    from fi_patches.pins.keys import as_tactic, parse_file_key
+
+    pairs = []
+    for text, runner, tactic in found:
+        key = parse_file_key(text)
+        if key is not None and key.runner == runner:
+            pairs.append((key, as_tactic(tactic)))
+    return pairs
+
+
+def _read_json(path: Path) -> Any:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _read_back(entries: list[tuple[Any, Any]], ours: Any, form: str) -> str | None:
     """None when ``entries`` (fi_patches' reading of a cache FlashInfer wrote) hold the probe's
     key and tactic, else what fi_patches read instead."""
-    if [(e.key, e.tactic) for e in entries] != [(ours, PROBE_TACTIC)]:
-        found = ", ".join(f"{e.key.file_key[:80]} -> {e.tactic!r}" for e in entries[:2])
+    if entries != [(ours, PROBE_TACTIC)]:
+        found = ", ".join(f"{key.file_key[:80]} -> {tactic!r}" for key, tactic in entries[:2])
         return (
             f"the {form} it wrote for {ours.file_key} with tactic {PROBE_TACTIC!r} reads back as "
             f"[{found or 'no entry'}]"
@@ -137,8 +155,6 @@ class _Quiet(logging.Filter):
 
 
 def _check_v1_form(save_configs: Any) -> str | None:
-    from fi_patches.pins.record import from_v1_file
-
     instance = AUTOTUNER_CLASS.resolve()()  # a tuner of the check's own, not the process's
     key, ours = probe_key()
     instance.profiling_cache[key] = (PROBE_TACTIC, None)
@@ -152,7 +168,9 @@ def _check_v1_form(save_configs: Any) -> str | None:
         finally:
             if isinstance(log, logging.Logger):
                 log.removeFilter(quiet)
-        entries, metadata = from_v1_file(Path(root) / "v1.json")
+        data = _read_json(Path(root) / "v1.json")
+    entries = _winners(v1_winners(data)) if isinstance(data, dict) else []
+    metadata = v1_metadata(data) if isinstance(data, dict) else {}
     problem = _read_back(entries, ours, "v1 file")
     if problem is None and not isinstance(metadata.get(METADATA_VERSION), str):
         problem = f"the v1 file it wrote has no {V1_METADATA}.{METADATA_VERSION} fi_patches reads"
@@ -161,13 +179,19 @@ def _check_v1_form(save_configs: Any) -> str | None:
 
 def _check_v2_form(publish: Any) -> str | None:
     from fi_patches.pins.keys import tactic_json
-    from fi_patches.pins.record import from_v2_store
 
     key, ours = probe_key()
     with tempfile.TemporaryDirectory(prefix="fi_patches_probe_") as root:
         store = V2_STORE.resolve()({METADATA_VERSION: PROBE_VERSION}, root)
         publish(store, str(key.file_key), ours.runner, tactic_json(PROBE_TACTIC))
-        entries, metadata = from_v2_store(Path(root))
+        envs = [Path(root)] + [p.parent for e in V2_ENVIRONMENTS for p in Path(root).glob(e)]
+        metadata: dict[str, Any] = {}
+        found = []
+        for env in dict.fromkeys(envs):
+            if (env / V2_MANIFEST).is_file():
+                metadata = v2_metadata(_read_json(env / V2_MANIFEST)) or metadata
+            found += [v2_winner(_read_json(f)) for f in sorted(env.glob(V2_ENTRIES))]
+        entries = _winners(w for w in found if w is not None)
     problem = _read_back(entries, ours, "v2 store")
     if problem is None and metadata.get(METADATA_VERSION) != PROBE_VERSION:
         problem = f"the v2 store's manifest reads back as {metadata!r}, not its metadata"
@@ -258,14 +282,6 @@ PROFILE_SINGLE_KERNEL = Internal(
 """Times one candidate: for a pinned key, the default candidate that ``autotune_v2`` races
 beside the runners' lists is not timed."""
 
-GET_INPUT_SIZES = Internal(
-    "get_input_sizes",
-    METHOD,
-    AUTOTUNER,
-    "AutoTuner._get_input_sizes",
-    (PRESEED,),
-    params=("inputs",),
-)
 PROFILING_CACHE = Internal(
     "profiling_cache",
     ATTRIBUTE,
@@ -360,7 +376,6 @@ INTERNALS = (
     NEAREST_PROFILE,
     GET_CACHE_KEY,
     PROFILE_SINGLE_KERNEL,
-    GET_INPUT_SIZES,
     PROFILING_CACHE,
     PREPARE_INPUTS,
     TUNING_CONFIG_CLASS,
@@ -403,16 +418,6 @@ def nearest_profile(instance: Any, shapes: Any, config: Any) -> tuple[tuple[int,
     """The profile FlashInfer's key holds for a call of ``shapes`` under ``config``."""
     found = instance._find_nearest_profile(tuple(tuple(s) for s in shapes), config)
     return tuple(tuple(int(d) for d in s) for s in found)
-
-
-def input_sizes(instance: Any, inputs: list[Any]) -> tuple[tuple[int, ...], ...]:
-    """The input shapes as the tuner reads them (a non-tensor input counts as ``(0,)``)."""
-    return tuple(GET_INPUT_SIZES.resolve()(instance, inputs))
-
-
-def cache_key(op: str, runner: Any, shapes: Any, config: Any, extras: Any) -> Any:
-    """FlashInfer's cache key for ``runner`` under ``op`` at ``shapes``."""
-    return GET_CACHE_KEY.resolve()(op, runner, shapes, config, extras)
 
 
 def profile_inputs(instance: Any, profile: Any, inputs: Any) -> list[Any]:

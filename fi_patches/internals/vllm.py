@@ -188,11 +188,6 @@ def kernel_class() -> type:
     return cls
 
 
-def layer_config(n: int, k: int) -> Any:
-    """vLLM's ``Mxfp8LinearLayerConfig`` of an ``(N, K)`` weight."""
-    return getattr(importlib.import_module(LAYER_CONFIG_MODULE), LAYER_CONFIG)(weight_shape=(n, k))
-
-
 @dataclass(frozen=True)
 class KernelApi:
     """What the routed ``apply_weights`` calls of vLLM, resolved once when the route installs."""

@@ -15,13 +15,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from fi_patches._limits import LOW_LATENCY_MAX_ROWS, WIDE_MAX_ROWS
 from fi_patches.compat.evaluate import on_refresh, status_of
 from fi_patches.pinning import stack
 from fi_patches.pinning.index import Memo
 from fi_patches.pinning.resolve import TableLike, candidate_tables, pins_key
 from fi_patches.pinning.stack import lookup, lookup_wide
-
-LOW_LATENCY_MAX_ROWS = 8
 
 
 class Route(enum.Enum):
@@ -54,15 +53,16 @@ generation moves on, so entering blocks does not grow them."""
 
 def _low_latency(n: int, k: int, rows: int, out_dtype: Any) -> Choice | None:
     record = status_of("pinned_tactics")
+    few = f"rows <= {LOW_LATENCY_MAX_ROWS}"
     if not record.enabled:
         return Choice(
-            Route.STOCK, f"rows <= 8 but the low-latency backend is off here: {record.reason}"
+            Route.STOCK, f"{few} but the low-latency backend is off here: {record.reason}"
         )
     if k % 128:
         return Choice(
-            Route.STOCK, f"rows <= 8 but K={k} is not a multiple of 128 (low-latency needs it)"
+            Route.STOCK, f"{few} but K={k} is not a multiple of 128 (low-latency needs it)"
         )
-    return Choice(Route.LOW_LATENCY, "rows <= 8: FlashInfer's cutedsl_low_latency backend")
+    return Choice(Route.LOW_LATENCY, f"{few}: FlashInfer's cutedsl_low_latency backend")
 
 
 def _wide(
@@ -121,7 +121,7 @@ def _cute_dsl(
     )
 
 
-def wide_tiles_served(wide_max: int = 48) -> dict[int, range]:
+def wide_tiles_served(wide_max: int = WIDE_MAX_ROWS) -> dict[int, range]:
     """The tiles the wide route picks (as :func:`_wide` does), each with the rows it serves:
     a ``[[wide]]`` pin of another tile is never used by :func:`choice_for`."""
     from fi_patches.wide.tactics import pick_tile
@@ -132,7 +132,7 @@ def wide_tiles_served(wide_max: int = 48) -> dict[int, range]:
     return {tile: range(rows[0], rows[-1] + 1) for tile, rows in sorted(served.items())}
 
 
-def unreached_wide_tile(tile: int, wide_max: int = 48) -> str | None:
+def unreached_wide_tile(tile: int, wide_max: int = WIDE_MAX_ROWS) -> str | None:
     """Why no row count takes a ``[[wide]]`` pin of ``tile`` through the router, or None when
     some does."""
     served = wide_tiles_served(wide_max)
@@ -166,7 +166,12 @@ def _choose(
 
 
 def choice_for(
-    n: int, k: int, rows: int, out_dtype: Any, pins: TableLike | None = None, wide_max: int = 48
+    n: int,
+    k: int,
+    rows: int,
+    out_dtype: Any,
+    pins: TableLike | None = None,
+    wide_max: int = WIDE_MAX_ROWS,
 ) -> Choice:
     """The cached route of a problem under the pin tables in force (a hit costs one dict
     lookup; the memo changes whenever the tables in force may have)."""
@@ -200,7 +205,7 @@ def explain(
     *,
     out_dtype: Any = None,
     pins: TableLike | None = None,
-    wide_max: int = 48,
+    wide_max: int = WIDE_MAX_ROWS,
 ) -> Choice:
     """The route ``mm`` takes for ``rows`` rows of an ``(n, k)`` weight, with the reason."""
     import torch

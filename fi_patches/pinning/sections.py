@@ -13,10 +13,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from fi_patches._limits import WIDE_OP, WIDE_RUNNER
 from fi_patches.internals import flashinfer as fi
 from fi_patches.pins.keys import as_tactic
-from fi_patches.wide.runner import CLASS_NAME as WIDE_RUNNER
-from fi_patches.wide.runner import CUSTOM_OP as WIDE_OP
 
 Problem = tuple[int, int, int]
 """``(n, k, rows)``: the weight's output features, its input features, the activation rows."""
@@ -142,14 +141,6 @@ WIDE = Specialization(
 )
 
 SPECIALIZATIONS: tuple[Specialization, ...] = (LOW_LATENCY, CUTE_DSL, WIDE)
-
-
-def specialization(section: str) -> Specialization | None:
-    """The specialization of ``section``, or None for a section of no runner."""
-    for spec in SPECIALIZATIONS:
-        if spec.section == section:
-            return spec
-    return None
 
 
 def runner_names(table: Any) -> tuple[str, ...]:

@@ -14,11 +14,12 @@ import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from fi_patches._limits import LOW_LATENCY_MAX_ROWS
 from fi_patches.internals import flashinfer as fi
 from fi_patches.pinning import stack
 from fi_patches.pins.errors import PinProblem, PinTableError
 from fi_patches.pins.keys import tactic_json
-from fi_patches.pins.schema import LOW_LATENCY_MAX_ROWS, RowRangePin
+from fi_patches.pins.schema import RowRangePin
 from fi_patches.pins.table import PinTable
 
 Checker = Callable[[PinTable], list[PinProblem]]

@@ -1,16 +1,34 @@
-"""Pin tables: which tactic each runner uses per weight shape and row range."""
+"""Pin tables: which tactic each runner uses per weight shape and row range.
 
-from fi_patches.pins.default import default_pins, register_pins
-from fi_patches.pins.errors import PinProblem, PinTableError
-from fi_patches.pins.schema import LowLatencyPin, PinMeta
-from fi_patches.pins.table import PinTable
+Importing this package imports none of its modules (the names below load on first use), so
+the lockfile format's modules (``keys``, ``table`` ...) import no more than they name.
+"""
 
-__all__ = [
-    "LowLatencyPin",
-    "PinMeta",
-    "PinProblem",
-    "PinTable",
-    "PinTableError",
-    "default_pins",
-    "register_pins",
-]
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fi_patches._lazy import lazy_exports
+
+_EXPORTS = {
+    "LowLatencyPin": "fi_patches.pins.schema",
+    "PinMeta": "fi_patches.pins.schema",
+    "PinProblem": "fi_patches.pins.errors",
+    "PinTable": "fi_patches.pins.table",
+    "PinTableError": "fi_patches.pins.errors",
+    "default_pins": "fi_patches.pins.default",
+    "register_pins": "fi_patches.pins.default",
+}
+
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from fi_patches.pins.default import default_pins as default_pins
+    from fi_patches.pins.default import register_pins as register_pins
+    from fi_patches.pins.errors import PinProblem as PinProblem
+    from fi_patches.pins.errors import PinTableError as PinTableError
+    from fi_patches.pins.schema import LowLatencyPin as LowLatencyPin
+    from fi_patches.pins.schema import PinMeta as PinMeta
+    from fi_patches.pins.table import PinTable as PinTable
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

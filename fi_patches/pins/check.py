@@ -40,16 +40,17 @@ def _describe(section: str, entry: Any) -> tuple[str, str]:
 
 def check_meta(table: PinTable) -> tuple[str, str]:
     """``(state, line)`` of the table's ``[meta]`` here (``line`` as ``pins check`` prints it):
-    invalid when it was chosen on another device, unchecked when this machine's device cannot be known (no CUDA device and no
-    ``FI_PATCHES_DEVICE``): a table is not wrong for a device nobody named."""
+    invalid when it was chosen on another device, unchecked when this machine's device cannot
+    be known (no CUDA device and no ``FI_PATCHES_DEVICE``): a table is not wrong for a device
+    nobody named."""
     from fi_patches.compat.device import current_device
     from fi_patches.compat.installed import installed_flashinfer
 
     device = current_device()
     if device.arch is None and table.meta.device != "*":
         return UNCHECKED, (
-            f"unchecked: pins in {table.source} were chosen on {table.meta.device}; which device this is "
-            f"cannot be known here ({device.absence}; FI_PATCHES_DEVICE names it)"
+            f"unchecked: pins in {table.source} were chosen on {table.meta.device}; which device "
+            f"this is cannot be known here ({device.absence}; FI_PATCHES_DEVICE names it)"
         )
     problem = table.skip_reason(device.arch, installed_flashinfer().version)
     return (INVALID, problem) if problem else (OK, OK)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from fi_patches._limits import LOW_LATENCY_MAX_ROWS
 from fi_patches.pins.keys import Profile, TunerKey, as_tactic, tactic_text
 from fi_patches.pins.record import (
     Apart,
@@ -25,7 +26,6 @@ from fi_patches.pins.record import (
     runners_apart,
     section_of,
 )
-from fi_patches.pins.schema import LOW_LATENCY_MAX_ROWS
 from fi_patches.pins.table import PinTable
 from fi_patches.pins.tuner_pin import SECTION as PIN
 from fi_patches.pins.tuner_pin import TunerPin, runner_overlaps

@@ -221,28 +221,3 @@ class ShapePattern:
 
     def text(self) -> str:
         return json.dumps([list(shape) for shape in self.dims], separators=(",", ":"))
-
-
-def pattern_of(profiles: Sequence[Profile]) -> tuple[ShapePattern, tuple[int, ...]]:
-    """One pattern for profiles of one (op, runner, extras) that differ only in the tuned
-    dimension: the positions whose values vary (all by the same value in each profile) become
-    ``"rows"``; returns the pattern and each profile's rows. A single profile, or profiles
-    that differ otherwise, make no pattern (the caller keeps them apart)."""
-    first = profiles[0]
-    if len(profiles) == 1:
-        return ShapePattern(first), (0,)
-    varying = {
-        (i, j)
-        for i, shape in enumerate(first)
-        for j, _ in enumerate(shape)
-        if len({p[i][j] for p in profiles}) > 1
-    }
-    for profile in profiles:
-        if len({profile[i][j] for i, j in varying}) != 1:
-            raise ValueError("the profiles differ in more than one dimension")
-    dims = tuple(
-        tuple(ROWS if (i, j) in varying else d for j, d in enumerate(shape))
-        for i, shape in enumerate(first)
-    )
-    pattern = ShapePattern(dims)
-    return pattern, tuple(int(pattern.rows_of(p) or 0) for p in profiles)

@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 
 from packaging.specifiers import SpecifierSet
 
+from fi_patches._limits import LOW_LATENCY_MAX_ROWS, WIDE_MAX_TILE
 from fi_patches.compat.device import normalize_arch, unknown_arch
 from fi_patches.compat.versions import parse_specifier
 from fi_patches.pins.errors import PinProblem
@@ -44,12 +45,6 @@ from fi_patches.pins.tuner_pin import SECTION as PIN_SECTION
 from fi_patches.pins.tuner_pin import check_pins, parse_pin
 
 SCHEMA_VERSION = 1
-LOW_LATENCY_MAX_ROWS = 8
-"""FlashInfer's low-latency runner serves at most 8 activation rows."""
-
-WIDE_MAX_TILE = 128
-"""The widest activation tile the low-latency kernel's body supports (see ``wide.budget``)."""
-
 N_MAX = 1 << 20
 """Output features of a weight: above the widest vocabulary head (262,144 entries)."""
 

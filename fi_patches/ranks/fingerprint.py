@@ -118,8 +118,8 @@ def local_fingerprint() -> Fingerprint:
     cached ones). ``FI_PATCHES_*`` variables are information: each one that can change a
     tactic already shows in a compared field (the device, a table's digest, a feature's state,
     ``auto``, ``vllm_route``)."""
-    import fi_patches
-    from fi_patches import activation
+    from fi_patches import _state
+    from fi_patches._version import VERSION
     from fi_patches.compat.device import current_device
     from fi_patches.compat.installed import installed_flashinfer
     from fi_patches.overview import status
@@ -129,12 +129,12 @@ def local_fingerprint() -> Fingerprint:
     active, active_info = _tables_fields("pins.active", stack.active_tables())
     default, default_info = _default_fields()
     fields: Fields = (
-        ("fi_patches", fi_patches.__version__),
+        ("fi_patches", VERSION),
         ("flashinfer", installed_flashinfer().label),
         ("cute_dsl", _cute_dsl_version()),
         ("device", current_device().arch or "none"),
         *((f"feature.{r.name}", "enabled" if r.enabled else "disabled") for r in status()),
-        ("auto", "on" if activation.requested() else "off"),
+        ("auto", "on" if _state.requested() else "off"),
         ("vllm_route", _vllm_route()),
         ("pins.state", "suspended" if stack.suspended() else "on"),
         *active,

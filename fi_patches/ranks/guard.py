@@ -113,11 +113,11 @@ def missing_message(view: GroupView, missing: tuple[int, ...], timeout: float) -
 def disable_pins(reason: str) -> None:
     """Turn fi_patches' pins off in this process: every patch removed, open ``pinned_tactics()``
     blocks inert, and new blocks and ``fi_patches.auto`` refused until ``fi_patches.enable()``."""
-    from fi_patches import activation
+    from fi_patches import _state
     from fi_patches.pinning import stack
 
     stack.suspend(reason)
-    activation.disable()
+    _state.disable()
 
 
 def _unreachable(exc: ExchangeError) -> RankMismatchError:

@@ -13,9 +13,6 @@ logger = get_logger(__name__)
 GUARD_ENV = _env.RANK_GUARD.name
 """Mode of the automatic guard run before FlashInfer's ``set_autotune_process_group``."""
 
-TUNING_ENV = _env.RANK_GUARD_TUNING.name
-"""``1`` turns on the tuning divergence detector (read when the automatic guard installs)."""
-
 MODES = ("raise", "disable", "warn")
 """What :func:`~fi_patches.ranks.guard.rank_guard` does when the ranks disagree."""
 

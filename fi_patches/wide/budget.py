@@ -8,6 +8,7 @@ import functools
 import logging
 from collections.abc import Sequence
 
+from fi_patches._limits import WIDE_MAX_TILE
 from fi_patches._logging import get_logger, log_once
 from fi_patches.compat.device import normalize_arch
 from fi_patches.wide.dtypes import MXFP8, GemmDtypes
@@ -18,8 +19,8 @@ CTA_M = 128
 MIN_TILE = 8
 """Narrowest activation tile: FlashInfer's stock tile."""
 
-MAX_TILE = 128
-"""Widest activation tile: the SFB TMEM column count assumes one 128-row scale atom per tile."""
+MAX_TILE = WIDE_MAX_TILE
+"""Widest activation tile (:data:`fi_patches._limits.WIDE_MAX_TILE`)."""
 
 TILE_STEP = 8
 """The block-scaled MMA needs N to be a multiple of 8."""

@@ -146,12 +146,6 @@ def cached_kernels() -> tuple[WideKernel, ...]:
     return tuple(_cache.values())
 
 
-def clear_cache() -> None:
-    """Forget compiled kernels (the next :func:`compile_wide` compiles again)."""
-    with _lock:
-        _cache.clear()
-
-
 def fake_arguments(dtypes: GemmDtypes, cta_k: int) -> tuple[Any, ...]:
     """Placeholder pointers, problem and stream for ``cute.compile`` (the shape is dynamic)."""
     from fi_patches.internals import cute_dsl

@@ -14,13 +14,14 @@ import functools
 import logging
 from typing import Any
 
+from fi_patches._limits import WIDE_OP, WIDE_RUNNER
 from fi_patches._logging import get_logger, log_once
 from fi_patches.wide.tactics import TILE_ROUNDING, WIDE_MAX_ROWS, pick_tile
 
 logger = get_logger(__name__)
 
-CLASS_NAME = "WideLowLatencyGemmRunner"
-CUSTOM_OP = "fi_patches_wide_mxfp8_gemm"
+CLASS_NAME = WIDE_RUNNER
+CUSTOM_OP = WIDE_OP
 
 WideTactic = tuple[int, int, int, int, int]
 

@@ -9,6 +9,7 @@ import logging
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from fi_patches._limits import WIDE_MAX_ROWS
 from fi_patches._logging import get_logger, log_once
 from fi_patches.wide.budget import (
     MAX_AB_STAGES,
@@ -46,9 +47,6 @@ def typed_tactic(value: Sequence[int]) -> Tactic:
 
 WIDE_MIN_ROWS = 9
 """Fewest rows the wide tile is meant for: up to 8, FlashInfer's stock tile serves."""
-
-WIDE_MAX_ROWS = 48
-"""Most rows the wide tile serves by default (tiles 16, 32, 48)."""
 
 TILE_ROUNDING = 16
 """Rows are rounded up to a multiple of this to pick the tile (16 -> tiles 16, 32, 48)."""
