@@ -27,6 +27,9 @@ RUN_FILE = STATE / "run.json"
 SIMULATED_IMPORT_DIR = ROOT / "tests" / "simulated_import"
 SIMULATED_DEVICE = SIMULATED_IMPORT_DIR / "simulated_device.py"
 SIMULATE_ENV = "FI_PATCHES_SIMULATE_DEVICE_PROPERTIES"
+# The cell's id, for its test run: tests/expected.py reads what the cell expects of each feature
+# (a feature-gated test skips only where its cell expects the feature disabled).
+CELL_ENV = "FI_COMPAT_CELL"
 DISTRIBUTION = "flashinfer-python"
 BASE_PTH = "_fi_compat_base.pth"
 # No "fi_patches" in the name: tests/test_auto.py's temp venvs replay the test environment's
@@ -39,6 +42,7 @@ CONTROLLED_ENV = (
     "FI_PATCHES_PINS",
     "FI_PATCHES_CACHE_DIR",
     SIMULATE_ENV,
+    CELL_ENV,
     "PYTHONPATH",
 )
 TEST_TIMEOUT_S = 1200
@@ -288,7 +292,7 @@ def run_cell(
     start = time.monotonic()
     set_simulation(python, cell.simulate_import)
     try:
-        tests = run_tests(python, cell_env(cell), slug, cell.tests)
+        tests = run_tests(python, cell_env(cell, {CELL_ENV: cell.id}), slug, cell.tests)
         device = {"FI_PATCHES_DEVICE": "sm_103"}
         doctor = {
             "default": run_doctor(python, cell_env(cell, device), LOGS / f"{slug}.doctor.txt")

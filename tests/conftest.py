@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+from packaging.version import Version
 
 from fi_patches._logging import forget_logged
 from fi_patches.compat import refresh, status_of
@@ -63,33 +64,76 @@ def clean_state(
 
 
 def flashinfer_or_skip() -> Any:
-    """The real FlashInfer, or a skip naming why it does not import here."""
+    """The real FlashInfer, or a skip naming why it does not import here (a failure where this
+    environment's matrix cell expects it to import)."""
     from fi_patches.compat.installed import installed_flashinfer
 
     fi = installed_flashinfer()
     if not fi.present:
         pytest.skip("FlashInfer is not installed")
     if fi.import_error:
+        from tests import expected
+
+        cell, how = expected.environment_cell()
+        if cell is not None and cell.imports:
+            pytest.fail(
+                f"import flashinfer fails here ({fi.import_error}), but this environment expects "
+                f"it to import ({how})",
+                pytrace=False,
+            )
         pytest.skip(f"import flashinfer fails here ({fi.import_error})")
     return importlib.import_module("flashinfer")
 
 
+def _absent(internal: Any) -> bool:
+    """Whether a declared internal does not resolve here."""
+    from fi_patches.internals import InternalError
+
+    try:
+        internal.resolve()
+    except InternalError:
+        return True
+    return False
+
+
 def require_release_supports(name: str) -> None:
     """Skip, with the reason, unless the installed FlashInfer imports, is in ``name``'s verified
-    range and has every internal it probes: only the device and self-check gates remain."""
+    range and has every internal it probes (as the compat layer counts them: an optional one may
+    be absent, a ``since`` one is not needed before its release): only the device and self-check
+    gates remain. Where the environment expects the release to support ``name``
+    (``tests/expected.py``), fail instead of skipping."""
     from fi_patches.compat.versions import is_verified
     from fi_patches.features import feature
+    from tests import expected
 
     flashinfer_or_skip()
     from fi_patches.compat.installed import installed_flashinfer
 
     declared = feature(name)
     version = installed_flashinfer().version
+    reason = None
     if version is None or not is_verified(version, declared.verified):
-        pytest.skip(f"{name} is not verified on FlashInfer {version} ({declared.verified})")
-    failed = [reason for probe in declared.internals() if (reason := probe.probe())]
-    if failed:
-        pytest.skip(f"FlashInfer {version} lacks an internal {name} needs: {failed[0]}")
+        reason = f"{name} is not verified on FlashInfer {version} ({declared.verified})"
+    else:
+        parsed = Version(str(version))
+        failed = [
+            problem
+            for probe in declared.internals()
+            if not (probe.since is not None and parsed < probe.since)
+            and not (probe.optional and _absent(probe))
+            if (problem := probe.probe())
+        ]
+        if failed:
+            reason = f"FlashInfer {version} lacks an internal {name} needs: {failed[0]}"
+    if reason is None:
+        return
+    if expected.release_is_expected_to_support(name):
+        pytest.fail(
+            f"{reason}, but this environment expects the release to support {name} "
+            f"({expected.where()})",
+            pytrace=False,
+        )
+    pytest.skip(reason)
 
 
 @pytest.fixture
@@ -101,10 +145,18 @@ def sm103(monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def require_feature(name: str) -> None:
-    """Skip, with the compat layer's reason, unless feature ``name`` is enabled here."""
+    """Skip, with the compat layer's reason, where feature ``name`` is disabled as this
+    environment expects (``tests/expected.py``: the matrix cell it is, or the README's); where
+    it expects the feature enabled, or disabled for another reason, fail with the reason."""
+    from tests import expected
+
     record = status_of(name)
-    if not record.enabled:
-        pytest.skip(f"{name} is disabled here: {record.reason}")
+    if record.enabled:
+        return
+    problem = expected.disabled_is_expected(name, record.reason)
+    if problem:
+        pytest.fail(problem, pytrace=False)
+    pytest.skip(f"{name} is disabled here: {record.reason}")
 
 
 @pytest.fixture

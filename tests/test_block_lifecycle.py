@@ -14,6 +14,7 @@ from fi_patches.mxfp8 import explain
 from fi_patches.pinning import stack
 from fi_patches.pinning.installation import installed_count
 from tests import lowlat
+from tests.workers import workers
 
 N, K = lowlat.SHAPE
 
@@ -106,20 +107,19 @@ def test_preseed_blocks_of_two_threads_interleaved_leave_nothing_behind(pins, bo
     seen: dict[str, object] = {}
 
     def worker(pin: tuple[int, ...], enter: int, leave: int, name: str) -> None:
-        steps[enter].wait(5)
+        assert steps[enter].wait(30), f"{name}: step {enter} never came"
         block = _enter(lowlat.table(lowlat.entry(N, K, 5, 8, pin)), mode="preseed")
         seen[name] = lowlat.served(tuner, N, K, 8)
         steps[enter + 1].set()
-        steps[leave].wait(5)
+        assert steps[leave].wait(30), f"{name}: step {leave} never came"
         block.__exit__(None, None, None)  # type: ignore[attr-defined]
         if leave + 1 < len(steps):
             steps[leave + 1].set()
 
-    a = threading.Thread(target=worker, args=(first, 0, 2, "a"))
-    b = threading.Thread(target=worker, args=(second, 1, 3, "b"))
-    a.start(), b.start()
-    steps[0].set()
-    a.join(10), b.join(10)
+    with workers() as pool:  # a worker that raises or never finishes fails the test
+        pool.start(worker, first, 0, 2, "a")
+        pool.start(worker, second, 1, 3, "b")
+        steps[0].set()
     assert seen == {"a": first, "b": second}  # each thread sees its own block's pin
     assert lowlat.served(tuner, N, K, 8) is None
     assert lowlat.cached_low_latency(tuner, N, K) == {}

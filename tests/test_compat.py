@@ -245,3 +245,19 @@ def test_a_device_setting_that_is_no_arch_reads_as_one_sentence(monkeypatch):
         or "import flashinfer failed" in reason
     ), reason
     assert "but there is FI_PATCHES_DEVICE" not in reason
+
+
+def test_every_feature_has_the_verdict_this_environment_expects(sm103):
+    """Never skipped: each feature's state and reason, as doctor reports them on sm_103, match
+    what compat/matrix.toml declares for this environment (the matrix cell it is, or the
+    README's FlashInfer 0.7.4 on CPU); an environment that declares nothing fails."""
+    from compat.matrix import check_doctor
+    from fi_patches.overview import status
+    from tests import expected
+
+    cell, how = expected.environment_cell()
+    assert cell is not None, how
+    records = [r.to_dict() for r in status()]
+    verdicts, problems = check_doctor(cell.expect, records)
+    assert not problems, f"{how}:\n" + "\n".join(problems)
+    assert {v.feature for v in verdicts} == set(expected.matrix().features)

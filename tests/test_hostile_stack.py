@@ -26,6 +26,7 @@ import fi_patches
 from fi_patches.pinning import stack
 from fi_patches.pins import PinTable
 from tests import lowlat
+from tests.workers import barrier, workers
 
 # Nothing here depends on the installed FlashInfer release: the compat matrix runs it once, in
 # the main run, not in every cell (see pyproject.toml).
@@ -75,24 +76,41 @@ class Actor:
         return tuple(b.table for b in blocks)
 
 
+def _outcome(job: Callable[[], Any]) -> tuple[bool, Any]:
+    """What a job returned, or what it raised: an actor hands either back to the driver."""
+    try:
+        return True, job()
+    except Exception as exc:
+        return False, exc
+
+
+def _result(outcome: tuple[bool, Any]) -> Any:
+    """The job's value, or its exception raised again in the driver (so the test fails)."""
+    ok, value = outcome
+    if not ok:
+        raise value
+    return value
+
+
 def thread_actor() -> Actor:
     inbox: queue.Queue[Any] = queue.Queue()
     outbox: queue.Queue[Any] = queue.Queue()
 
     def serve() -> None:
         while (job := inbox.get()) is not None:
-            outbox.put(job())
+            outbox.put(_outcome(job))
 
     worker = threading.Thread(target=serve, daemon=True)
     worker.start()
 
     def run(job: Callable[[], Any]) -> Any:
         inbox.put(job)
-        return outbox.get(timeout=WALL_BOUND_S)
+        return _result(outbox.get(timeout=WALL_BOUND_S))
 
     def stop() -> None:
         inbox.put(None)
         worker.join(WALL_BOUND_S)
+        assert not worker.is_alive(), f"a thread actor did not stop in {WALL_BOUND_S} s"
 
     return Actor("thread", run, stop=stop)
 
@@ -110,7 +128,7 @@ class TaskActor:
         try:
             while True:
                 job = await self.inbox.get()
-                self.outbox.put_nowait(job())
+                self.outbox.put_nowait(_outcome(job))
         finally:
             for block in list(held):
                 stack.pop(block)
@@ -121,7 +139,7 @@ async def check(actors: list[Actor], tasks: dict[Actor, TaskActor]) -> None:
         if actor.kind == "task":
             runner = tasks[actor]
             runner.inbox.put_nowait(observe)
-            seen = await asyncio.wait_for(runner.outbox.get(), WALL_BOUND_S)
+            seen = _result(await asyncio.wait_for(runner.outbox.get(), WALL_BOUND_S))
         else:
             seen = actor.run(observe)
         expected = actor.expected()
@@ -138,7 +156,7 @@ async def scenario(data: st.DataObject) -> None:
         if actor.kind != "task":
             return actor.run(job)
         tasks[actor].inbox.put_nowait(job)
-        return await asyncio.wait_for(tasks[actor].outbox.get(), WALL_BOUND_S)
+        return _result(await asyncio.wait_for(tasks[actor].outbox.get(), WALL_BOUND_S))
 
     try:
         for _ in range(data.draw(st.integers(1, 12), label="steps")):
@@ -195,17 +213,31 @@ async def scenario(data: st.DataObject) -> None:
             actor.stop()
 
 
+def quiet_pending_tasks(loop: asyncio.AbstractEventLoop) -> list[dict[str, Any]]:
+    """Silence the loop's "Task was destroyed but it is pending!" notices (the tests abandon
+    tasks on purpose) and collect every other error it reports, for the test to assert none."""
+    unexpected: list[dict[str, Any]] = []
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if not str(context.get("message", "")).startswith("Task was destroyed but it is pending"):
+            unexpected.append(context)
+
+    loop.set_exception_handler(handle)
+    return unexpected
+
+
 @given(st.data())
 def test_any_interleaving_leaves_exactly_the_open_blocks_active(data):
     started, cpu = time.monotonic(), time.thread_time()
     gc.freeze()  # the collector then scans only this example's objects (abandoned tasks)
     loop = asyncio.new_event_loop()
-    loop.set_exception_handler(lambda loop, context: None)  # "Task was destroyed but pending"
+    unexpected = quiet_pending_tasks(loop)
     try:
         loop.run_until_complete(scenario(data))
     finally:
         loop.close()
         gc.unfreeze()
+    assert unexpected == []
     assert stack.active_tables() == () and stack.current_index() is None
     assert time.thread_time() - cpu < CPU_BOUND_S
     assert time.monotonic() - started < WALL_BOUND_S
@@ -251,11 +283,24 @@ def test_a_generator_closed_in_another_thread_leaves_its_pins_there_too(pinning)
     g = block(table(stock[1], "a"))
     next(g)
     assert lowlat.offered(runner, N, K, 8) == [stock[1]]
-    closer = threading.Thread(target=g.close)
-    closer.start()
-    closer.join()
+    with workers(name="closer") as pool:
+        pool.start(g.close)
     assert stack.active_tables() == ()
     assert lowlat.offered(runner, N, K, 8) == stock
+
+
+async def bounded(wait: Any, task: asyncio.Task[Any]) -> None:
+    """Wait for ``wait`` while ``task`` runs: fail with the task's exception if it ends first
+    (it died before signalling), or after the bound."""
+    waiting = asyncio.ensure_future(wait)
+    done, _ = await asyncio.wait(
+        {waiting, task}, timeout=WALL_BOUND_S, return_when="FIRST_COMPLETED"
+    )
+    if waiting not in done:
+        waiting.cancel()
+        if task in done:
+            task.result()  # raises what the task raised
+        pytest.fail(f"the task neither signalled nor ended in {WALL_BOUND_S} s", pytrace=False)
 
 
 def test_tasks_inherit_open_blocks_until_they_close_and_abandoned_tasks_unwind(pinning):
@@ -279,23 +324,24 @@ def test_tasks_inherit_open_blocks_until_they_close_and_abandoned_tasks_unwind(p
         started, go_on = asyncio.Event(), asyncio.Event()
         with fi_patches.pinned_tactics(table(stock[1], "outer")):
             task = asyncio.get_running_loop().create_task(child(started, go_on))
-            await started.wait()
+            await bounded(started.wait(), task)
         go_on.set()
-        await task
+        await asyncio.wait_for(task, WALL_BOUND_S)
         entered = asyncio.Event()
         loop = asyncio.get_running_loop()
         forgotten = loop.create_task(abandoned(entered))
-        await entered.wait()
+        await bounded(entered.wait(), forgotten)
         del forgotten
         gc.collect()
         seen["main"] = lowlat.offered(runner, N, K, 8)
 
     loop = asyncio.new_event_loop()
-    loop.set_exception_handler(lambda loop, context: None)
+    unexpected = quiet_pending_tasks(loop)
     try:
         loop.run_until_complete(main())
     finally:
         loop.close()
+    assert unexpected == []
     gc.collect()
     assert seen == {
         "inherited": [stock[1]],
@@ -310,26 +356,24 @@ def test_tasks_inherit_open_blocks_until_they_close_and_abandoned_tasks_unwind(p
 def test_threads_each_leave_exactly_their_own_blocks(pinning, order):
     runner = lowlat.runner()
     stock = lowlat.stock(N, K, 8)
-    barrier = threading.Barrier(3)
+    start = barrier(3)
     results: dict[int, list[Any]] = {}
 
     def worker(i: int) -> None:
         gens = [block(table(stock[i + 1], f"w{i}a")), block(table(stock[i + 2], f"w{i}b"))]
         for g in gens:
             next(g)
-        barrier.wait()
+        start.wait()
         results[i] = [lowlat.offered(runner, N, K, 8)]
         for g in gens if order == "fifo" else reversed(gens):
             g.close()
             results[i].append(lowlat.offered(runner, N, K, 8))
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(2)]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    assert lowlat.offered(runner, N, K, 8) == stock
-    for t in threads:
-        t.join()
+    with workers(start) as pool:  # a worker dying before the barrier fails, never hangs
+        for i in range(2):
+            pool.start(worker, i)
+        start.wait()
+        assert lowlat.offered(runner, N, K, 8) == stock
     for i in range(2):
         middle = [stock[i + 2]] if order == "fifo" else [stock[i + 1]]
         assert results[i] == [[stock[i + 2]], middle, stock]

@@ -79,12 +79,48 @@ def test_a_nested_low_latency_table_may_pin_the_same_rows_to_another_tactic(pinn
     assert lowlat.offered(runner, N, K, 8) == stock
 
 
-def test_validation_inside_a_block_checks_every_section_against_stock(pinning):
-    """A table checked inside a block (here: one that pins the same problem as the block) is
-    judged against the stock list, section by section."""
-    stock = lowlat.stock(N, K, 8)
-    with fi_patches.pinned_tactics(low_latency_table(stock[0], "outer")):
-        check_table(low_latency_table(stock[3], "inner"))
+@pytest.mark.simulated
+def test_validation_inside_a_block_checks_every_section_against_stock(both):
+    """A table checked inside a block that pins the same problems, in [[low_latency]],
+    [[cute_dsl]] and [[wide]] at once, is judged against the stock lists (FlashInfer's own,
+    and the wide runner's outside any block): accepted, and then applied. ([[pin]] entries are
+    checked by runner and op name only, against no list.)"""
+    require_feature("wide_tile")
+    from fi_patches.wide.runner import wide_runner
+    from tests.mxfp8_inputs import Mxfp8Problem
+
+    def wide_offered() -> list:  # a [[wide]] tactic is the runner's without its leading tile
+        inputs = Mxfp8Problem(N, K, 32).runner_inputs()
+        return [tuple(t[1:]) for t in wide_runner().get_valid_tactics(inputs, None)]
+
+    low = lowlat.stock(N, K, 8)
+    cute_stock = cutedsl.stock(N, K, 64)
+    cute = runnable(cute_stock)
+    wide = wide_offered()
+
+    def table(i: int, source: str) -> PinTable:
+        return PinTable.from_mapping(
+            {
+                "meta": {"device": "sm_103", "flashinfer": ">=0.7.0"},
+                "low_latency": [
+                    {"n": N, "k": K, "min_rows": 5, "max_rows": 8, "tactic": list(low[1 + i])}
+                ],
+                "cute_dsl": [cutedsl.entry(N, K, 33, 64, cute[i])],
+                "wide": [{"n": N, "k": K, "tile": 32, "tactic": list(wide[i])}],
+            },
+            source=source,
+        )
+
+    def seen() -> tuple:
+        return lowlat.offered(lowlat.runner(), N, K, 8), cutedsl.stock(N, K, 64), wide_offered()
+
+    outer, inner = table(0, "outer"), table(1, "inner")
+    with fi_patches.pinned_tactics(outer):
+        assert seen() == ([low[1]], [cute[0]], [wide[0]])  # every live list is narrowed
+        assert check_table(inner) is inner  # ... yet the check sees the stock lists
+        with fi_patches.pinned_tactics(inner):
+            assert seen() == ([low[2]], [cute[1]], [wide[1]])
+    assert seen() == (low, cute_stock, wide)
 
 
 def test_an_error_raised_while_checking_is_a_problem_of_each_entry(pinning):

@@ -3,6 +3,8 @@ hands to its kernel, down to the launch (CPU, simulated sm_103)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import torch
 
@@ -26,9 +28,14 @@ def routes(simulated):
     return simulated
 
 
+def cute_pins() -> list[Any]:
+    """The [[cute_dsl]] tactics the ``table`` fixture writes: for rows 33..64, then 65..128."""
+    return [t for t in cutedsl.stock(N, K, 128)[2:] if t[4] == 1][:2]
+
+
 @pytest.fixture
 def table(routes) -> PinTable:
-    cute = [t for t in cutedsl.stock(N, K, 128)[2:] if t[4] == 1]
+    cute = cute_pins()
     return PinTable.from_mapping(
         {
             "meta": {"device": "sm_103", "flashinfer": ">=0.7.0"},
@@ -116,7 +123,7 @@ def test_mm_hands_each_route_its_pinned_tactic(table, monkeypatch):
         -1,
     )  # untuned: FlashInfer's default
     assert launched == [(32, tuple(wide_tactics(N, K, 32)[1]))]
-    assert calls[1] == (cutedsl.CLASS, explain(N, K, 100, pins=table).tactic)
+    assert calls[1] == (cutedsl.CLASS, cute_pins()[1])  # the table's entry for 65..128 rows
 
 
 @pytest.mark.simulated
@@ -129,7 +136,7 @@ def test_a_mapping_given_as_pins_routes_as_its_table(table, monkeypatch):
     for _ in range(2):
         with pytest.raises(Exception, match="CUDA"):
             mm(t["a"], t["b"], t["b_scale"], x_scale=t["a_scale"], pins=mapping)
-    pinned = explain(N, K, 100, pins=table).tactic
+    pinned = cute_pins()[1]  # what the table (and so the mapping) pins for 65..128 rows
     assert calls == [(cutedsl.CLASS, pinned)] * 2
     assert explain(N, K, 100, pins=mapping).tactic == pinned
 

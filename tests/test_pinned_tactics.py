@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib
 import logging
-import threading
 from typing import Any
 
 import pytest
@@ -14,6 +13,7 @@ from fi_patches.pinning.installation import installed_count
 from fi_patches.pins import PinTableError
 from tests import lowlat
 from tests.mxfp8_inputs import Mxfp8Problem
+from tests.workers import barrier, workers
 
 N, K = lowlat.SHAPE
 
@@ -193,12 +193,13 @@ def test_eight_threads_each_see_their_own_pins(pinning):
     stock = lowlat.stock(N, K, 8)
     pins = [t for t in stock[1:] if t[3] == 1][:8]
     assert len(pins) == 8
-    barrier = threading.Barrier(9)
+    start = barrier(9)
     errors: list[str] = []
+    rounds = [0] * 8
 
     def worker(i: int) -> None:
         table = lowlat.table(lowlat.entry(N, K, 5, 8, pins[i]), source=f"<thread {i}>")
-        barrier.wait()
+        start.wait()
         for round_ in range(25):
             with fi_patches.pinned_tactics(table):
                 got = lowlat.offered(runner, N, K, 8)
@@ -207,16 +208,16 @@ def test_eight_threads_each_see_their_own_pins(pinning):
             got = lowlat.offered(runner, N, K, 8)
             if got != stock:
                 errors.append(f"thread {i} round {round_}: outside got {len(got)} tactics")
+            rounds[i] += 1
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    barrier.wait()
-    for _ in range(50):  # the main thread never entered a context: always stock
-        if lowlat.offered(runner, N, K, 8) != stock:
-            errors.append("main thread saw pins")
-    for t in threads:
-        t.join()
+    with workers(start) as pool:  # a worker that raises fails the test
+        for i in range(8):
+            pool.start(worker, i)
+        start.wait()
+        for _ in range(50):  # the main thread never entered a context: always stock
+            if lowlat.offered(runner, N, K, 8) != stock:
+                errors.append("main thread saw pins")
+    assert rounds == [25] * 8
     assert errors == []
     assert installed_count() == 0
 

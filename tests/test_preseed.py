@@ -11,6 +11,7 @@ import fi_patches
 from fi_patches.pins import PinTable
 from tests import cutedsl, lowlat
 from tests.mxfp8_inputs import Mxfp8Problem
+from tests.workers import workers
 
 N, K = lowlat.SHAPE
 
@@ -70,14 +71,11 @@ def test_the_cache_is_left_exactly_as_it_was(both, tuner):
 
 
 def test_preseed_is_local_to_the_context(both, tuner):
-    import threading
-
     ll_pin = lowlat.non_split_alternative(N, K, 8)
     seen = []
     with fi_patches.pinned_tactics(table(ll_pin, cutedsl.stock(N, K, 64)[0]), mode="preseed"):
-        thread = threading.Thread(target=lambda: seen.append(lowlat.served(tuner, N, K, 8)))
-        thread.start()
-        thread.join()
+        with workers() as pool:
+            pool.start(lambda: seen.append(lowlat.served(tuner, N, K, 8)))
         assert lowlat.served(tuner, N, K, 8) == ll_pin
     assert seen == [None]
 

@@ -22,6 +22,7 @@ from fi_patches.pinning import stack
 from fi_patches.pins import PinTable
 from tests import toy_op
 from tests.conftest import flashinfer_or_skip, require_feature
+from tests.workers import workers
 
 K = toy_op.K
 STOCK = [1, 2, 4]
@@ -100,28 +101,26 @@ def test_a_non_tensor_where_a_pin_reads_a_shape_gets_the_stock_list_quietly(spli
 
 def _in_thread(call: Callable[[], Any]) -> Any:
     seen: list[Any] = []
-    thread = threading.Thread(target=lambda: seen.append(call()))
-    thread.start()
-    thread.join()
+    with workers() as pool:
+        pool.start(lambda: seen.append(call()))
     return seen[0]
 
 
 def _holding(table: PinTable, entered: threading.Event, leave: threading.Event) -> None:
     with fi_patches.pinned_tactics(table):
         entered.set()
-        leave.wait(30)
+        assert leave.wait(30), "the test never let the holder leave"
 
 
 def test_a_pin_held_by_another_thread_leaves_this_one_stock(split):
     entered, leave = threading.Event(), threading.Event()
-    holder = threading.Thread(target=_holding, args=(_table((WHOLE, 2)), entered, leave))
-    holder.start()
-    try:
-        assert entered.wait(30)
-        assert _tactics(split, 32) == STOCK
-    finally:
-        leave.set()
-        holder.join()
+    with workers(name="holder") as pool:
+        pool.start(_holding, _table((WHOLE, 2)), entered, leave)
+        try:
+            assert entered.wait(30)
+            assert _tactics(split, 32) == STOCK
+        finally:
+            leave.set()
 
 
 @pytest.mark.parametrize("same_table", [True, False], ids=["same-table", "two-tables"])
@@ -129,17 +128,16 @@ def test_a_block_leaving_keeps_the_pins_of_blocks_still_open(split, same_table):
     first = _table((WHOLE, 2))
     second = first if same_table else _table((WHOLE, 4))
     entered, leave = threading.Event(), threading.Event()
-    holder = threading.Thread(target=_holding, args=(first, entered, leave))
-    holder.start()
-    try:
-        assert entered.wait(30)
-        with fi_patches.pinned_tactics(second):
+    with workers(name="holder") as pool:
+        pool.start(_holding, first, entered, leave)
+        try:
+            assert entered.wait(30)
+            with fi_patches.pinned_tactics(second):
+                leave.set()
+                pool.join()  # the other thread's block has left while this one is open
+                assert _tactics(split, 32) == ([2] if same_table else [4])
+        finally:
             leave.set()
-            holder.join()  # the other thread's block has left while this one is open
-            assert _tactics(split, 32) == ([2] if same_table else [4])
-    finally:
-        leave.set()
-        holder.join()
     assert _tactics(split, 32) == STOCK
     assert stack.probe_cell("ToySplitRunner") == {}  # no table left behind
 

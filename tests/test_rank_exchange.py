@@ -6,7 +6,6 @@ guard across real processes is in test_rank_guard.py."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +18,7 @@ from fi_patches.ranks.exchange import ExchangeTimeout, GroupView, all_gather
 from fi_patches.ranks.fingerprint import ABSENT, Fingerprint, differences, local_fingerprint
 from fi_patches.ranks.guard import mismatch_message
 from fi_patches.ranks.settings import automatic_mode
+from tests.workers import workers
 
 
 def hash_store(tmp_path: Path, world: int) -> list[Any]:
@@ -48,12 +48,9 @@ def exchange(
         except ExchangeTimeout as exc:
             found[r] = exc
 
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(len(stores))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not any(t.is_alive() for t in threads), "an exchange hung"
+    with workers(name="rank") as pool:  # any other exception, or a hang, fails the test
+        for r in range(len(stores)):
+            pool.start(rank, r)
     return found
 
 

@@ -309,9 +309,26 @@ def test_hook_install_that_cannot_write_exits_1_naming_the_file(editable_python,
 
 
 def test_the_start_up_hook_reads_the_variable_the_settings_module_declares():
-    from fi_patches import _env, startup
+    """Observed: the ``.pth`` line, run in a fresh interpreter, installs the hook exactly when
+    the variable ``fi_patches._env`` declares is on (whatever ``startup`` calls it)."""
+    from fi_patches import _env
 
-    assert _env.AUTO.name == startup.ENV
+    code = (
+        f"exec({startup.PTH_LINE!r})\n"
+        "import sys\n"
+        "hook = sys.modules.get('fi_patches.startup')\n"
+        "print(bool(hook and hook.pending()))\n"
+    )
+    base = {k: v for k, v in os.environ.items() if not k.startswith("FI_PATCHES_")}
+    seen = {}
+    for value in ("1", "0", None):
+        env = base if value is None else {**base, _env.AUTO.name: value}
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        seen[value] = done.stdout.strip()
+    assert seen == {"1": "True", "0": "False", None: "False"}
 
 
 def test_an_orphan_pth_is_silent_once_fi_patches_is_gone(editable_python, tmp_path):

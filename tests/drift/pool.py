@@ -179,8 +179,14 @@ def run(cases: list[Case], directory: Path, workers: int | None = None) -> Resul
         threads = [threading.Thread(target=work, args=(z,), daemon=True) for z in zygotes]
         for thread in threads:
             thread.start()
+        # Each case is killed past its timeout, so the whole run is bounded; a worker still
+        # alive past that bound is a harness bug, reported rather than waited on forever.
+        deadline = time.monotonic() + (len(cases) + 2) * (timeout + 60)
         for thread in threads:
-            thread.join()
+            thread.join(max(0.0, deadline - time.monotonic()))
+        stuck = [t.name for t in threads if t.is_alive()]
+        if stuck:
+            raise RuntimeError(f"drift workers still running past the run's bound: {stuck}")
     finally:
         for zygote in zygotes:
             zygote.close()

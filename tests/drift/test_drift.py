@@ -15,7 +15,17 @@ from tests.drift import pool
 from tests.drift.cases import BASELINE, Case, all_cases, coverage
 from tests.drift.child import PINNED_ROWS
 from tests.drift.mutate import WRAPPERS
-from tests.drift.verdict import RELEASE_GATED, not_applicable, problems
+from tests.drift.verdict import RELEASE_GATED, not_applicable, off_at_baseline, problems
+from tests.expected import disabled_is_expected
+
+
+def _fail_unless_expected_off(off: dict[str, str]) -> None:
+    """Fail where a feature the baseline has off is expected enabled in this environment (or
+    off for another reason): a probe or self-check of ours failing reads like a release
+    lacking an internal, and must not turn the drift cases into skips."""
+    wrong = [problem for name, why in off.items() if (problem := disabled_is_expected(name, why))]
+    if wrong:
+        pytest.fail("at the baseline: " + "; ".join(wrong), pytrace=False)
 
 
 def test_the_baseline_is_clean_and_pins_take_effect(drift) -> None:
@@ -26,6 +36,7 @@ def test_the_baseline_is_clean_and_pins_take_effect(drift) -> None:
     for name in ("pinned_tactics", "preseed"):  # what the pin-effect checks below rely on
         reason = records[name]["reason"]
         if not records[name]["enabled"] and RELEASE_GATED.search(reason):
+            _fail_unless_expected_off({name: reason})
             pytest.skip(f"{name} is off for this release, so pins take no effect: {reason}")
         assert records[name]["enabled"], f"the baseline has {name} disabled: {reason}"
     pin = drift.results.table["low_latency"][0]
@@ -47,6 +58,7 @@ def test_a_broken_internal_disables_its_features_and_nothing_else(drift, case: C
         )
     gated = not_applicable(case, drift.observation(BASELINE))
     if gated:
+        _fail_unless_expected_off(off_at_baseline(case, drift.observation(BASELINE)))
         pytest.skip(f"not applicable here (FlashInfer {drift.results.version}): {gated}")
     found = drift.judge(case)
     assert not found, f"{case.id} ({observation.get('applied')}):\n- " + "\n- ".join(found)
