@@ -1,16 +1,22 @@
 """``AutoTuner.search_cache`` for pinned keys, of any op.
 
-* A key a ``mode="preseed"`` block's entry serves (:mod:`fi_patches.pinning.serving`: its
-  runner is among the lookup's and offers its tactic) is answered with its pin, in this
-  context, while tuning and serving alike: tuning it profiles nothing, and nothing is written
-  into FlashInfer's cache, so leaving the block (in any order, from any thread) leaves the
-  cache as it was.
+* Serving (a lookup outside tuning, made on every call of a tuned op), a key that an entry in
+  force serves (:mod:`fi_patches.pinning.serving`: its runner is among the lookup's and offers
+  its tactic) is answered with its pin, in every mode (process-wide pins, narrowing and preseed
+  blocks), without FlashInfer's own lookup: the pin is what runs, and a cached winner that is
+  not the pin is never served under it. The decision is remembered per index under what
+  FlashInfer passes (op and input shapes, the runners and the inputs' kinds verified), so a
+  repeated call costs one read of the pin state and one dict lookup; a key no entry could pin
+  is passed straight through. A runner's own per-call check (``validate_tactic``) still vets
+  the pin: one it rejects leaves the call to FlashInfer.
+* A key a ``mode="preseed"`` block's entry serves is answered with its pin while tuning too:
+  tuning it profiles nothing, and nothing is written into FlashInfer's cache, so leaving the
+  block (in any order, from any thread) leaves the cache as it was.
 * While tuning, a winner cached for a pinned key that is not the pin (tuned before the block,
   or by another of the op's runners) is a miss, so the tuner profiles the key again over the
   pin alone; the pinned runner's own entry is looked up first.
-* Everything else gets FlashInfer's answer unchanged. After FlashInfer's own lookup, everything
-  runs under one guard: on any surprise the result is FlashInfer's, and the surprise is logged
-  once.
+* Everything else gets FlashInfer's answer unchanged. fi_patches' own work runs under one
+  guard: on any surprise the result is FlashInfer's, and the surprise is logged once.
 """
 
 from __future__ import annotations
