@@ -8,6 +8,8 @@ is pinned under its own name and left without an attribute of its own on exit.""
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -339,3 +341,254 @@ def test_remembered_decisions_let_their_runners_and_classes_go(engine, monkeypat
             del runner
         gc.collect()
         assert [ref() for ref in gone] == [None] * len(gone)
+
+
+# Serving lookups in every mode the fast path serves -------------------------------------------
+#
+# A serving lookup (``choose_one`` outside tuning, on every call of a tuned op) under
+# process-wide pins (``fi_patches.enable()`` with a registered table, as ``FI_PATCHES_PINS`` and
+# the vLLM/SGLang plugins run), inside a narrowing block and inside a preseed block.
+
+SERVING_MODES = ("process", "narrow", "preseed")
+
+
+@contextmanager
+def _serving(table: PinTable, mode: str) -> Iterator[None]:
+    """``table`` in force in ``mode``; left (``disable()`` for process-wide pins) after."""
+    if mode == "process":
+        fi_patches.register_pins(table)
+        fi_patches.enable()
+        try:
+            yield
+        finally:
+            fi_patches.disable()
+            fi_patches.register_pins(None)
+    else:
+        with fi_patches.pinned_tactics(table, mode=mode):
+            yield
+
+
+def _warmed(engine: Any, monkeypatch: pytest.MonkeyPatch, seed: int = 41) -> dict[Any, Any]:
+    """A server's warm-up tuned stock: FlashInfer's cached winners ``(n, bucket) -> (runner
+    class, tactic)``."""
+    toy_op.start(monkeypatch, seed)
+    with engine.autotune(True):
+        toy_op.warm_up()
+    return toy_op.chosen()
+
+
+def _not_cached(winners: dict[Any, Any], skip: int = 0) -> tuple[str, Any]:
+    """A pin for the key ``(N, ROWS)`` that is not FlashInfer's cached winner for it."""
+    cached = winners[(N, ROWS)]
+    options = [("ToyTileRunner", t) for t in sorted(STOCK["ToyTileRunner"])]
+    options += [("ToySplitRunner", t) for t in sorted(STOCK["ToySplitRunner"])]
+    return [o for o in options if o != cached][skip]
+
+
+def _ran(x: Any, w: Any) -> list[tuple[str, int, Any]]:
+    """The ``(runner class, rows, tactic)`` one call of the toy op really ran."""
+    toy_op.RAN.calls.clear()
+    toy_op.toy_mm(x, w)
+    return list(toy_op.RAN.calls)
+
+
+def _pin_of(runner: str, tactic: Any) -> PinTable:
+    """A table pinning the key ``(N, ROWS)`` of ``runner``'s float32 calls to ``tactic``."""
+    extras = "(torch.float32,)" if runner == "ToyTileRunner" else "()"
+    tactic = list(tactic) if isinstance(tactic, tuple) else tactic
+    return _table(_entry(runner, tactic, extras=extras))
+
+
+@pytest.mark.parametrize("mode", SERVING_MODES)
+def test_serving_runs_the_pin_and_never_a_cached_winner_that_is_not_it(engine, monkeypatch, mode):
+    winners = _warmed(engine, monkeypatch)
+    runner, pin = _not_cached(winners)
+    x, w = toy_op.operands(ROWS, N)
+    stock = _ran(x, w)
+    assert stock == [(*winners[(N, ROWS)][:1], ROWS, winners[(N, ROWS)][1])]
+    with _serving(_pin_of(runner, pin), mode):
+        for _ in range(3):  # decided, then answered from the remembered decision
+            assert _ran(x, w) == [(runner, ROWS, pin)]
+        # a lookup passing FlashInfer's further arguments is answered alike
+        from flashinfer.autotuner import AutoTuner
+
+        shapes = ((ROWS, toy_op.K), (toy_op.K, N))
+        found = AutoTuner.get().search_cache(
+            toy_op.OP,
+            toy_op.runners(),
+            shapes,
+            toy_op.config(),
+            inputs=[x, w],
+            require_profiling_policy=False,
+        )
+        assert found[:3] == (True, ["ToyTileRunner", "ToySplitRunner"].index(runner), pin)
+    assert _ran(x, w) == stock
+
+
+@pytest.mark.parametrize("mode", SERVING_MODES)
+def test_serving_leaves_unpinned_keys_flashinfers_own_answer(engine, monkeypatch, mode):
+    import torch
+    from flashinfer.autotuner import AutoTuner
+
+    winners = _warmed(engine, monkeypatch)
+    runner, pin = _not_cached(winners)
+    tuner, config = AutoTuner.get(), toy_op.config()
+    tile, split = toy_op.runners()
+    x, w = toy_op.operands(ROWS, N)
+    calls = [
+        ([tile, split], list(toy_op.operands(ROWS, toy_op.WEIGHTS[1]))),  # another weight
+        ([tile, split], list(toy_op.operands(2 * ROWS, N))),  # rows outside the entry
+        ([tile], [x.to(torch.float16), w.to(torch.float16)]),  # another key (extras)
+        ([split] if runner == "ToyTileRunner" else [tile], [x, w]),  # the pin's runner absent
+    ]
+    stock = [tuner.choose_one(toy_op.OP, r, config, i) for r, i in calls]
+    with _serving(_pin_of(runner, pin), mode):
+        for _ in range(2):
+            assert [tuner.choose_one(toy_op.OP, r, config, i) for r, i in calls] == stock
+        assert tuner.choose_one(toy_op.OP, [tile, split], config, [x, w])[1] == pin
+
+
+@pytest.mark.parametrize("mode", SERVING_MODES)
+def test_serving_exit_restores_the_exact_original_objects(engine, monkeypatch, mode):
+    from flashinfer.autotuner import AutoTuner, TunableRunner
+
+    winners = _warmed(engine, monkeypatch)
+    tile, split = (type(r) for r in toy_op.runners())
+    classes = (AutoTuner, TunableRunner, tile, split)
+    before = {(c.__qualname__, k): v for c in classes for k, v in vars(c).items()}
+    with _serving(_pin_of(*_not_cached(winners)), mode):
+        inside = {(c.__qualname__, k): v for c in classes for k, v in vars(c).items()}
+        toy_op.toy_mm(*toy_op.operands(ROWS, N))
+    after = {(c.__qualname__, k): v for c in classes for k, v in vars(c).items()}
+    assert inside[("AutoTuner", "search_cache")] is not before[("AutoTuner", "search_cache")]
+    assert after.keys() == before.keys() and all(after[k] is before[k] for k in before)
+
+
+@pytest.mark.parametrize("mode", SERVING_MODES)
+def test_serving_pins_stay_in_their_context_and_nest(engine, monkeypatch, mode):
+    """A block's pins serve its own context only; process-wide pins serve every thread, also
+    while another thread has a block open. An inner block wins for its keys, and once it is
+    left the outer pin serves again (no decision of the inner block's is served after it)."""
+    import threading
+
+    winners = _warmed(engine, monkeypatch)
+    outer, inner = _not_cached(winners), _not_cached(winners, skip=1)
+    x, w = toy_op.operands(ROWS, N)
+    stock = _ran(x, w)
+    seen: list[Any] = []
+
+    def elsewhere() -> None:
+        seen.append(_ran(x, w))
+
+    with _serving(_pin_of(*outer), mode):
+        assert _ran(x, w) == [(outer[0], ROWS, outer[1])]
+        thread = threading.Thread(target=elsewhere)
+        thread.start()
+        thread.join()
+        for nested in ("narrow", "preseed"):
+            with fi_patches.pinned_tactics(_pin_of(*inner), mode=nested):
+                assert _ran(x, w) == [(inner[0], ROWS, inner[1])]
+                if mode == "process":  # another thread's block leaves this thread's pins be
+                    thread = threading.Thread(target=elsewhere)
+                    thread.start()
+                    thread.join()
+            assert _ran(x, w) == [(outer[0], ROWS, outer[1])]
+    expected = [(outer[0], ROWS, outer[1])] if mode == "process" else stock
+    assert seen == [expected] * len(seen) and len(seen) == (3 if mode == "process" else 1)
+    assert _ran(x, w) == stock
+
+
+@pytest.mark.parametrize("mode", SERVING_MODES)
+def test_serving_lookups_keep_candidate_lists_rank_consistent(engine, monkeypatch, mode):
+    """Two ranks whose own tunes disagree, one of which served the pinned key before tuning it
+    (its decision remembered), tune and serve the key alike under the same pins: the pin alone
+    is profiled (nothing under preseed), and the pin serves."""
+    from flashinfer.autotuner import AutoTuner
+
+    ranks = []
+    for seed in (51, 52):
+        winners = _warmed(engine, monkeypatch, seed)
+        ranks.append(winners[(N, ROWS)])
+    assert ranks[0] != ranks[1]  # the seeds' fresh tunes disagree on the key
+    runner, pin = "ToyTileRunner", (16, 3)
+    x, w = toy_op.operands(ROWS, N)
+    outcomes = []
+    for seed, served_first in ((51, True), (52, False)):
+        profiling = toy_op.start(monkeypatch, seed)
+        with _serving(_pin_of(runner, pin), mode):
+            if served_first:
+                assert _ran(x, w) == [(runner, ROWS, pin)]
+            with engine.autotune(True):
+                toy_op.toy_mm(x, w)
+            outcomes.append((_timed(profiling), _ran(x, w)))
+            assert (
+                AutoTuner.get().choose_one(toy_op.OP, toy_op.runners(), toy_op.config(), [x, w])[1]
+                == pin
+            )
+    timed = {} if mode == "preseed" else {runner: {pin}}
+    assert outcomes == [(timed, [(runner, ROWS, pin)])] * 2
+
+
+@pytest.mark.parametrize("mode", SERVING_MODES)
+def test_serving_sees_tables_disable_enable_and_refresh_on_the_next_call(engine, monkeypatch, mode):
+    from flashinfer.autotuner import AutoTuner
+
+    calls: list[str] = []
+    counting = _counting_runner(calls)
+    toy_op.start(monkeypatch, 61)
+    x, w = toy_op.operands(ROWS, N)
+    tuner, config = AutoTuner.get(), toy_op.config()
+
+    def served() -> Any:
+        return tuner.choose_one(toy_op.OP, [counting], config, [x, w])[1]
+
+    stock = served()
+    table = _table({**_entry("ToyCountingRunner", 4), "extras": "(torch.float32,)"})
+    with _serving(table, mode):  # loaded after the calls above
+        assert served() == 4
+        listed = calls.count("list")
+        assert served() == 4 and calls.count("list") == listed  # remembered
+        fi_patches.refresh()
+        assert served() == 4 and calls.count("list") == listed + 1  # decided afresh
+        fi_patches.disable()
+        assert served() == stock
+        fi_patches.enable()
+        # process-wide pins come back; a block disable() made inert stays inert until it exits
+        assert served() == (4 if mode == "process" else stock)
+    fi_patches.disable()
+    assert served() == stock
+
+
+@pytest.mark.parametrize("mode", SERVING_MODES)
+def test_a_pin_the_runners_own_check_rejects_gets_flashinfers_answer(engine, monkeypatch, mode):
+    """FlashInfer asks a runner's ``validate_tactic`` of a cached winner on every lookup; a pin
+    it rejects (or a check that raises) leaves that call to FlashInfer, and nothing raises."""
+    from flashinfer.autotuner import AutoTuner, TunableRunner
+
+    verdict: list[Any] = [True]
+
+    class ToyCheckingRunner(TunableRunner):
+        def get_valid_tactics(self, inputs: Any, profile: Any) -> list[int]:
+            return [1, 2, 4]
+
+        def validate_tactic(self, inputs: Any, tactic: Any) -> bool:
+            if isinstance(verdict[0], Exception):
+                raise verdict[0]
+            return bool(verdict[0])
+
+        def forward(self, inputs: Any, tactic: Any = -1, **kw: Any) -> Any:
+            return inputs[0] @ inputs[1]
+
+    runner = ToyCheckingRunner()
+    toy_op.start(monkeypatch, 62)
+    x, w = toy_op.operands(ROWS, N)
+    tuner, config = AutoTuner.get(), toy_op.config()
+    stock = tuner.choose_one(toy_op.OP, [runner], config, [x, w])
+    with _serving(_table(_entry("ToyCheckingRunner", 2)), mode):
+        assert tuner.choose_one(toy_op.OP, [runner], config, [x, w])[1] == 2
+        verdict[0] = False
+        assert tuner.choose_one(toy_op.OP, [runner], config, [x, w]) == stock
+        verdict[0] = RuntimeError("no")
+        assert tuner.choose_one(toy_op.OP, [runner], config, [x, w]) == stock
+        verdict[0] = True
+        assert tuner.choose_one(toy_op.OP, [runner], config, [x, w])[1] == 2

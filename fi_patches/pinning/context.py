@@ -113,7 +113,8 @@ def pinned_tactics(
     """Offer FlashInfer's tuner only the pinned tactic for the problems ``table`` pins.
 
     ``mode="narrow"`` (the default) narrows the tuner's candidates to the pin, so tuning
-    caches the pin (and it serves after the block). ``mode="preseed"`` instead answers the
+    caches the pin (and it serves after the block); inside the block, serving lookups of a
+    pinned key are answered with the pin. ``mode="preseed"`` instead answers the
     tuner's cache lookups of pinned keys with the pin while the block is open, in this context,
     so tuning them profiles nothing and serving uses the pin; nothing is written into the
     tuner's cache, so leaving the block, in any order, leaves the cache as it was.

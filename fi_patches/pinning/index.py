@@ -160,6 +160,7 @@ class PinIndex:
     __slots__ = (
         "answers",
         "classes",
+        "lookups",
         "modes",
         "ops",
         "probes",
@@ -188,7 +189,11 @@ class PinIndex:
         place among every entry here, across sections and runners."""
         self.answers = Memo()
         """What the engine's wrappers decided here for a call's signature (a direct call of a
-        runner, a lookup while serving): these pins decide the same again for it."""
+        runner): these pins decide the same again for it."""
+        self.lookups = Memo()
+        """Serving lookups (``search_cache`` outside tuning) decided here, by what FlashInfer
+        passes: ``(op, input shapes)`` -> ``(runners held weakly, input kinds, answer, check)``
+        (see :mod:`fi_patches.pinning.tuner_cache`)."""
         self.probes: dict[str, dict[int, Probe]] = {}
         """Runner class -> per input-list length, the :data:`Probe` that every call pinned or
         silenced here passes and most other calls fail (see :mod:`fi_patches.pinning.stack`)."""
@@ -197,6 +202,12 @@ class PinIndex:
 _merged: dict[tuple[tuple[Any, str], ...], PinIndex] = {}
 _MERGED_MAX = 256
 _merged_lock = threading.Lock()
+
+
+def merged_indexes() -> list[PinIndex]:
+    """Every index :func:`merge` keeps (to forget what they remember)."""
+    with _merged_lock:
+        return list(_merged.values())
 
 
 def merge(tables: Sequence[tuple[Any, str]]) -> PinIndex:

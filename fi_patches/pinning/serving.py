@@ -41,6 +41,11 @@ _verdicts: weakref.WeakKeyDictionary[type, dict[tuple[Any, ...], bool]] = (
 """Per runner class: ``(key, pin)`` -> whether its stock list offers the pin."""
 
 
+def forget_verdicts() -> None:
+    """Forget whether runners offer their pins (asked again on the next call)."""
+    _verdicts.clear()
+
+
 def signature(inputs: Sequence[Any]) -> tuple[Any, ...]:
     """What a decision about a call depends on of its inputs: each tensor's shape and dtype,
     any other input itself (the key a wrapper remembers its decision under)."""

@@ -106,6 +106,16 @@ _suspended: str | None = None
 PLAIN = [True]
 """``[True]`` while no process-wide table is active and pins are not suspended: a scope's own
 ``index`` is then the one in force (the wrappers read this flag, not the two globals)."""
+CONTEXT = object()
+"""What :data:`SERVING` holds while some block is open somewhere: the context decides."""
+SERVING: list[Any] = [None]
+"""Where a serving lookup finds the pins in force, in one read: None while nothing pins
+anywhere (or pins are suspended), the process-wide tables' index while they are all that pins
+(no block open in any context: every context sees that index), else :data:`CONTEXT` (read the
+context's scope). Set under the lock whenever the pin state changes, so the next call sees
+tables added, blocks entered or left, ``disable()``, suspension and resumption."""
+_isolated = [0]
+"""How many :func:`isolated` scopes are open."""
 _held: dict[int, list[Any]] = {}
 """``id(table)`` -> ``[table, holders]`` for every table some scope may consult: open blocks,
 process-wide tables and :func:`isolated` blocks."""
@@ -167,6 +177,19 @@ def _drop(table: PinTable) -> None:
 
 def _replain() -> None:
     PLAIN[0] = not _process_tables and _suspended is None
+    _reserve()
+
+
+def _reserve() -> None:
+    """Recompute :data:`SERVING` (under the lock)."""
+    if _suspended is not None:
+        SERVING[0] = None
+    elif _open_blocks or _isolated[0]:
+        SERVING[0] = CONTEXT
+    elif _process_tables:
+        SERVING[0] = merge(tuple((t, NARROW) for t in _process_tables))
+    else:
+        SERVING[0] = None
 
 
 def _refresh() -> None:
@@ -240,6 +263,7 @@ def push(table: PinTable, mode: str = NARROW) -> Block:
         for held in inner.blocks:
             held.scopes.add(inner)
         _open_blocks.add(block)
+        SERVING[0] = CONTEXT
         bump()  # a scope made now must not meet a memo row of one that had its address
     _scope.set(inner)
     return block
@@ -252,6 +276,7 @@ def pop(block: Block) -> None:
         if not block.is_open:
             return
         _leave(block)
+        _reserve()
         bump()
 
 
@@ -271,6 +296,7 @@ def leave_all() -> int:
         blocks = [b for b in list(_open_blocks) if b.is_open]
         for block in blocks:
             _leave(block)
+        _reserve()
         bump()
     return len(blocks)
 
@@ -288,14 +314,18 @@ def isolated(*tables: PinTable, mode: str = NARROW) -> Iterator[None]:
                 for held in tables[:done]:
                     _drop(held)
                 raise
+        _isolated[0] += 1
+        SERVING[0] = CONTEXT
     token = _scope.set(scope)
     try:
         yield
     finally:
         _scope.reset(token)
         with _process_lock:
+            _isolated[0] -= 1
             for table in tables:
                 _drop(table)
+            _reserve()
 
 
 def add_process_table(table: PinTable) -> None:

@@ -1,29 +1,41 @@
 """``AutoTuner.search_cache`` for pinned keys, of any op.
 
-* A key a ``mode="preseed"`` block's entry serves (:mod:`fi_patches.pinning.serving`: its
-  runner is among the lookup's and offers its tactic) is answered with its pin, in this
-  context, while tuning and serving alike: tuning it profiles nothing, and nothing is written
-  into FlashInfer's cache, so leaving the block (in any order, from any thread) leaves the
-  cache as it was.
+* Serving (a lookup outside tuning, made on every call of a tuned op), a key that an entry in
+  force serves (:mod:`fi_patches.pinning.serving`: its runner is among the lookup's and offers
+  its tactic) is answered with its pin, in every mode (process-wide pins, narrowing and preseed
+  blocks), without FlashInfer's own lookup: the pin is what runs, and a cached winner that is
+  not the pin is never served under it. The decision is remembered per index under what
+  FlashInfer passes (op and input shapes, the runners and the inputs' kinds verified), so a
+  repeated call costs one read of the pin state and one dict lookup; a key no entry could pin
+  is passed straight through. A runner's own per-call check (``validate_tactic``) still vets
+  the pin: one it rejects leaves the call to FlashInfer.
+* A key a ``mode="preseed"`` block's entry serves is answered with its pin while tuning too:
+  tuning it profiles nothing, and nothing is written into FlashInfer's cache, so leaving the
+  block (in any order, from any thread) leaves the cache as it was.
 * While tuning, a winner cached for a pinned key that is not the pin (tuned before the block,
   or by another of the op's runners) is a miss, so the tuner profiles the key again over the
   pin alone; the pinned runner's own entry is looked up first.
-* Everything else gets FlashInfer's answer unchanged. After FlashInfer's own lookup, everything
-  runs under one guard: on any surprise the result is FlashInfer's, and the surprise is logged
-  once.
+* Everything else gets FlashInfer's answer unchanged. fi_patches' own work runs under one
+  guard: on any surprise the result is FlashInfer's, and the surprise is logged once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import inspect
 import logging
+import types
+import weakref
 from typing import Any
 
 from fi_patches._logging import get_logger, log_once
+from fi_patches.compat.evaluate import on_refresh
 from fi_patches.internals import tuner as fi_tuner
 from fi_patches.pinning import stack
-from fi_patches.pinning.index import MISS, PRESEED
-from fi_patches.pinning.serving import Listing, serving_pin, stock_tactics
+from fi_patches.pinning.index import PRESEED, key_hits, merged_indexes
+from fi_patches.pinning.sections import SPECIALIZATIONS
+from fi_patches.pinning.serving import Listing, forget_verdicts, serving_pin, stock_tactics
 from fi_patches.pinning.tuning_calls import CALL
 from fi_patches.pins.keys import as_tactic
 
@@ -66,7 +78,131 @@ def _shaped(inputs: Any, shapes: Any) -> list[Any]:
     return out
 
 
-def _serving(
+Row = tuple[Any, tuple[Any, ...], Any, bool]
+"""A serving lookup decided: ``(runners held weakly, the inputs' kinds, answer, check)``. The
+answer is FlashInfer's cache-hit tuple for the pin, or None for FlashInfer's own answer;
+``check``: the pinned runner validates tactics per call (FlashInfer's ``validate_tactic``).
+:data:`UNREACHED` where no entry could pin the op at those shapes, whatever the runners and
+inputs (the common unpinned key: nothing to verify)."""
+
+UNREACHED: Row = (None, (), None, False)
+
+
+def _kinds(inputs: Any) -> tuple[Any, ...]:
+    """What a decision depends on of the inputs beside their shapes: each tensor's dtype, any
+    other input itself."""
+    return tuple([getattr(x, "dtype", x) for x in inputs])
+
+
+def _same(row: Row, runners: Any, inputs: Any) -> bool:
+    """Whether ``row`` was decided for these very runners (an id outlives its object) and
+    inputs of these kinds."""
+    refs = row[0]
+    if len(refs) != len(runners):
+        return False
+    for ref, runner in zip(refs, runners):  # noqa: B905 (lengths checked)
+        if ref() is not runner:
+            return False
+    try:
+        return bool(row[1] == _kinds(inputs))
+    except Exception:  # an input whose comparison raises: decided afresh
+        return False
+
+
+def _reached(tuner: Any, index: Any, op: Any, shapes: Any, config: Any) -> bool:
+    """Whether any entry of ``index`` could pin a call of ``op`` at ``shapes``, for any runner
+    and inputs of any kind (a section's weight shape, a ``[[pin]]``'s key without its
+    extras): where none could, the lookup needs no verifying."""
+    length = len(shapes)
+    for spec in SPECIALIZATIONS:
+        found = index.sections.get(spec.section)
+        form = spec.weight_inputs.get(length)
+        if found is None or form is None or (spec.ops is not None and op not in spec.ops):
+            continue
+        if (found.by_kn if form[1] else found.by_nk).get(tuple(shapes[form[0]])):
+            return True
+    groups = [group for pins in index.classes.values() for group in pins.groups]
+    if not groups:
+        return False
+    profile = fi_tuner.nearest_profile(tuner, shapes, config)
+    return bool(key_hits(groups, op, profile, None))
+
+
+def _decide(
+    tuner: Any, index: Any, op: Any, runners: Any, shapes: Any, config: Any, inputs: Any
+) -> Row | None:
+    """Decide a serving lookup (:func:`serving_pin`) and remember it in the index under what
+    FlashInfer passes; None (not remembered) for an op no pin here serves."""
+    if op not in index.served:
+        return None
+    if not _reached(tuner, index, op, shapes, config):
+        row = UNREACHED
+    else:
+        listed = tuple(runners)
+        pinned = serving_pin(
+            index, op, listed, inputs, shapes, tuner, config, _listing(tuner, inputs, None)
+        )
+        if pinned is None:
+            answer, check = None, False
+        else:
+            position, _, tactic, _ = pinned
+            answer = (True, position, tactic, None)
+            check = callable(getattr(type(listed[position]), "validate_tactic", None))
+        try:
+            refs = tuple([weakref.ref(runner) for runner in listed])
+        except TypeError:  # a runner that takes no weak reference: decided afresh each time
+            return ((), (), answer, check)
+        row = (refs, _kinds(inputs), answer, check)
+    with contextlib.suppress(TypeError):  # shapes that do not hash: decided afresh each time
+        index.lookups.remember((op, shapes), row)
+    return row
+
+
+def _served(
+    tuner: Any,
+    index: Any,
+    row: Row | None,
+    op: Any,
+    runners: Any,
+    shapes: Any,
+    config: Any,
+    inputs: Any,
+) -> Any:
+    """The answer to a serving lookup (``choose_one`` outside tuning) in ``index``, given the
+    row remembered for ``(op, shapes)`` if any: the pin that serves it as a cache hit, else
+    None for FlashInfer's own answer."""
+    if row is None or (row[0] is not None and not _same(row, runners, inputs)):
+        row = _decide(tuner, index, op, runners, shapes, config, inputs)
+        if row is None:
+            return None
+    answer = row[2]
+    if answer is not None and row[3] and not _valid(runners[answer[1]], inputs, answer[2], op):
+        return None
+    return answer
+
+
+def _valid(runner: Any, inputs: Any, tactic: Any, op: Any) -> bool:
+    """FlashInfer's per-call check of a tactic (``validate_tactic``) on these inputs: a pin it
+    rejects leaves the lookup to FlashInfer, as a cached winner it rejects would."""
+    try:
+        ok = bool(runner.validate_tactic(inputs, tactic))
+    except Exception:
+        ok = False
+    if not ok:
+        log_once(
+            logger,
+            logging.INFO,
+            f"invalid:{op}:{type(runner).__name__}:{tactic}",
+            "fi_patches: %s's validate_tactic rejects the pin %s of op %s for a call; "
+            "FlashInfer answers that call",
+            type(runner).__name__,
+            tactic,
+            op,
+        )
+    return ok
+
+
+def _tuning(
     tuner: Any,
     index: Any,
     op: Any,
@@ -76,31 +212,7 @@ def _serving(
     inputs: Any,
     profile: Any,
 ) -> Any:
-    """The pin serving a lookup (:func:`serving_pin`): a lookup while serving is decided once
-    per index, runners and call signature, as the server makes the same calls again and again;
-    one while tuning every time."""
-    if profile is None and not fi_tuner.is_tuning(tuner):  # a serving lookup, as choose_one's
-        if inputs is None:
-            return None  # a lookup without tensors: no pin can be checked, FlashInfer answers
-        listed = tuple(runners)
-        try:
-            key = (
-                op,
-                tuple(map(id, listed)),
-                shapes,
-                tuple([getattr(x, "dtype", x) for x in inputs]),
-            )
-            known = index.answers.recall(key, listed)
-        except TypeError:  # shapes or an input that do not hash: decided afresh
-            key, known = None, MISS
-        if known is not MISS:
-            return known
-        pinned = serving_pin(
-            index, op, listed, inputs, shapes, tuner, config, _listing(tuner, inputs, None)
-        )
-        if key is not None:
-            index.answers.keep(key, listed, pinned)
-        return pinned
+    """The pin serving a lookup while tuning (:func:`serving_pin`), decided every time."""
     call = CALL.get()
     if call is not None and call.op == op:
         call.config = config  # the config FlashInfer applied its overrides to
@@ -109,9 +221,106 @@ def _serving(
     )
 
 
+_UNSET: Any = object()
+"""A keyword argument the caller did not pass."""
+
+KEYWORDS = ("require_profiling_policy", "validation_profile")
+"""The keyword-only parameters of FlashInfer's ``search_cache`` (0.7.4) that the lean wrapper
+takes by name."""
+
+
+def _lean_signature(original: Any) -> bool:
+    """Whether ``original`` takes FlashInfer's five parameters under their own names, then at
+    most the keyword-only parameters of :data:`KEYWORDS`, and nothing else: a wrapper taking
+    exactly those is called as cheaply as Python calls anything (no ``**kwargs`` dict)."""
+    code = getattr(original, "__code__", None)
+    if not isinstance(original, types.FunctionType) or code is None:
+        return False
+    if code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS) or code.co_posonlyargcount:
+        return False
+    names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
+    return names[1 : code.co_argcount] == (
+        "custom_op",
+        "runners",
+        "input_shapes",
+        "tuning_config",
+        "inputs",
+    ) and set(names[code.co_argcount :]) <= set(KEYWORDS)
+
+
 def search_cache_replacement(original: Any, gate: Any) -> Any:
     """``AutoTuner.search_cache`` as the module docstring says, taking FlashInfer's own
-    parameters (a lookup is on every serving call of a tuned op: nothing is packed again)."""
+    parameters. A serving lookup (on every call of a tuned op) reads the pin state once
+    (:data:`fi_patches.pinning.stack.SERVING`: no context read under process-wide pins alone)
+    and the index's memo once, and answers a pinned key from the pin without FlashInfer's own
+    lookup; everything else goes the general way (:func:`_general`)."""
+    serving_state, context = stack.SERVING, stack.CONTEXT
+    scope_of, plain = stack._scope.get, stack.PLAIN
+
+    def lean(
+        self: Any,
+        custom_op: Any,
+        runners: Any,
+        input_shapes: Any,
+        tuning_config: Any,
+        inputs: Any = None,
+        *,
+        require_profiling_policy: Any = _UNSET,
+        validation_profile: Any = _UNSET,
+    ) -> Any:
+        state = serving_state[0]
+        if require_profiling_policy is not _UNSET or validation_profile is not _UNSET:
+            kwargs = {}
+            if require_profiling_policy is not _UNSET:
+                kwargs["require_profiling_policy"] = require_profiling_policy
+            if validation_profile is not _UNSET:
+                kwargs["validation_profile"] = validation_profile
+            return _general(
+                self,
+                original,
+                gate,
+                custom_op,
+                runners,
+                input_shapes,
+                tuning_config,
+                inputs,
+                kwargs,
+            )
+        if state is None:  # nothing pins anywhere
+            return original(self, custom_op, runners, input_shapes, tuning_config, inputs)
+        if inputs is not None and not self.is_tuning_mode:  # a serving lookup
+            try:
+                index = (
+                    state
+                    if state is not context
+                    else scope_of().index
+                    if plain[0]
+                    else stack.current_index()
+                )
+                if index is not None and gate.active:
+                    row = index.lookups.get((custom_op, input_shapes))
+                    if row is None or row[0] is not None:  # not a key no entry reaches
+                        answer = _served(
+                            self,
+                            index,
+                            row,
+                            custom_op,
+                            runners,
+                            input_shapes,
+                            tuning_config,
+                            inputs,
+                        )
+                        if answer is not None:
+                            return answer
+            except Exception:
+                _surprise()
+            return original(self, custom_op, runners, input_shapes, tuning_config, inputs)
+        return _general(
+            self, original, gate, custom_op, runners, input_shapes, tuning_config, inputs, {}
+        )
+
+    if _lean_signature(original):
+        return functools.wraps(original)(lean)
 
     @functools.wraps(original)
     def search_cache(
@@ -123,37 +332,69 @@ def search_cache_replacement(original: Any, gate: Any) -> Any:
         inputs: Any = None,
         **kwargs: Any,
     ) -> Any:
-        try:
-            index = stack.current_index() if gate.active else None
-            pinned = None
-            if index is not None and custom_op in index.served:
-                pinned = _serving(
-                    self,
-                    index,
-                    custom_op,
-                    runners,
-                    input_shapes,
-                    tuning_config,
-                    inputs,
-                    kwargs.get("validation_profile"),
-                )
-        except Exception:
-            _surprise()
-            pinned = None
-        if pinned is None:
-            return original(self, custom_op, runners, input_shapes, tuning_config, inputs, **kwargs)
-        position, entry, tactic, _ = pinned
-        if index is not None and index.modes.get(id(entry)) == PRESEED:
-            return (True, position, tactic, None)
-        result = original(self, custom_op, runners, input_shapes, tuning_config, inputs, **kwargs)
-        try:
-            call = (runners, input_shapes, tuning_config, inputs, kwargs)
-            return _checked(self, result, position, tactic, custom_op, call, original)
-        except Exception:
-            _surprise()
-            return result
+        if kwargs:
+            return _general(
+                self,
+                original,
+                gate,
+                custom_op,
+                runners,
+                input_shapes,
+                tuning_config,
+                inputs,
+                kwargs,
+            )
+        return lean(self, custom_op, runners, input_shapes, tuning_config, inputs)
 
     return search_cache
+
+
+def _general(
+    tuner: Any,
+    original: Any,
+    gate: Any,
+    op: Any,
+    runners: Any,
+    shapes: Any,
+    config: Any,
+    inputs: Any,
+    kwargs: dict[str, Any],
+) -> Any:
+    """A lookup while tuning, or one passing further arguments: a pinned key is answered with
+    its pin where a preseed block's entry serves it or the lookup serves (outside tuning),
+    else FlashInfer's answer is checked against the pin (:func:`_checked`)."""
+    try:
+        index = stack.current_index() if gate.active else None
+        pinned = None
+        if index is not None and op in index.served:
+            profile = kwargs.get("validation_profile")
+            if profile is None and not fi_tuner.is_tuning(tuner):
+                answer = None
+                if inputs is not None:
+                    try:
+                        row = index.lookups.get((op, shapes))
+                    except TypeError:  # shapes that do not hash: decided afresh
+                        row = None
+                    answer = _served(tuner, index, row, op, runners, shapes, config, inputs)
+                if answer is not None:
+                    return answer
+            else:
+                pinned = _tuning(tuner, index, op, runners, shapes, config, inputs, profile)
+    except Exception:
+        _surprise()
+        pinned = None
+    if pinned is None:
+        return original(tuner, op, runners, shapes, config, inputs, **kwargs)
+    position, entry, tactic, _ = pinned
+    if index is not None and index.modes.get(id(entry)) == PRESEED:
+        return (True, position, tactic, None)
+    result = original(tuner, op, runners, shapes, config, inputs, **kwargs)
+    try:
+        call = (runners, shapes, config, inputs, kwargs)
+        return _checked(tuner, result, position, tactic, op, call, original)
+    except Exception:
+        _surprise()
+        return result
 
 
 def _checked(
@@ -196,6 +437,16 @@ def _checked(
         tactic,
     )
     return result
+
+
+@on_refresh
+def forget() -> None:
+    """``fi_patches.refresh()``: every index decides its calls afresh (a runner's stock list
+    may differ on the device or release probed again)."""
+    for index in merged_indexes():
+        index.lookups.clear()
+        index.answers.clear()
+    forget_verdicts()
 
 
 def _surprise() -> None:

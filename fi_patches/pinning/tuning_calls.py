@@ -74,8 +74,10 @@ def choose_one_replacement(wrap_runners: Callable[[Any], None]) -> Any:
         def choose_one(
             self: Any, custom_op: Any, runners: Any, tuning_config: Any, inputs: Any, **kwargs: Any
         ) -> Any:
-            if not gate.active or not self.is_tuning_mode:
-                return original(self, custom_op, runners, tuning_config, inputs, **kwargs)
+            if not self.is_tuning_mode or not gate.active:  # serving: pass straight through
+                if kwargs:
+                    return original(self, custom_op, runners, tuning_config, inputs, **kwargs)
+                return original(self, custom_op, runners, tuning_config, inputs)
             try:
                 wrap_runners(runners)
                 token = CALL.set(Call(str(custom_op), tuning_config, self, tuple(runners)))
