@@ -383,3 +383,19 @@ def test_the_plain_counter_without_tqdm():
     text = stream.getvalue()
     assert text.startswith("\rtune: 1/5 samples (rows 8, low_latency 2112x7168)")
     assert "\rtune: 5/5 samples" in text and text.endswith("\n")
+
+
+def test_a_timings_file_of_an_unknown_arch_is_refused_with_the_known_ones(
+    both, chain, tmp_path, capsys
+):
+    timings = tmp_path / "timings.json"
+    record(chain, timings)
+    data = json.loads(timings.read_text())
+    data["device"] = "sm_999"
+    timings.write_text(json.dumps(data))
+    out = tmp_path / "p.toml"
+    assert run_tune(chain, out, timings) != 0
+    err = capsys.readouterr().err
+    assert f"{timings}: device = 'sm_999' names no arch of any CUDA or FlashInfer release" in err
+    assert "known: " in err and "sm_103" in err
+    assert not out.exists()
