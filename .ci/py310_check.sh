@@ -5,7 +5,7 @@
 #
 # Usage: .ci/py310_check.sh VENV [PYTHON3.10]
 #   VENV absent: made with PYTHON3.10 (default: pyenv's 3.10), and the wheel installed with its
-#   base dependencies (packaging, and tomli on 3.10) from the registry, as a user would.
+#   base dependencies (packaging, wrapt, and tomli on 3.10) from the registry, as a user would.
 #   VENV present: reused offline; the wheel is rebuilt and reinstalled without its dependencies.
 # The wheel is built offline by BUILD_PYTHON (default .venv/bin/python, which has setuptools).
 set -euo pipefail

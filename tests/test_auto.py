@@ -363,7 +363,7 @@ def test_the_wheel_ships_its_data_files(installed_python):
     assert any(n.startswith("fi_patches/examples/tuner_store/v2/") for n in shipped)
 
 
-def test_the_wheel_ships_the_license_and_needs_only_packaging_and_tomli_before_3_11(
+def test_the_wheel_ships_the_license_and_needs_only_packaging_wrapt_and_tomli_before_3_11(
     installed_python,
 ):
     with zipfile.ZipFile(_wheel(installed_python)) as wheel:
@@ -382,7 +382,7 @@ def test_the_wheel_ships_the_license_and_needs_only_packaging_and_tomli_before_3
         for line in lines
         if line.startswith("Requires-Dist:") and "extra ==" not in line
     )
-    assert base == ["packaging>=23", 'tomli>=1.1; python_version < "3.11"']
+    assert base == ["packaging>=23", 'tomli>=1.1; python_version < "3.11"', "wrapt>=1.14"]
 
 
 WITHOUT = "wrapt"

@@ -1,5 +1,11 @@
 """Reversible patches of FlashInfer objects: one attribute replaced by a wrapper with the exact
-original put back, and a group of patches applied fully or not at all."""
+original put back, and a group of patches applied fully or not at all.
+
+Every wrapper is transparent the standard way: its ``__wrapped__`` is the object it replaced, so
+``inspect.unwrap`` reaches FlashInfer's own function. A wrapper off the hot path is a
+``wrapt.FunctionWrapper`` (:func:`proxied`; wrapt is imported when the first such patch is
+applied, never at ``import fi_patches``); a hot-path wrapper is a plain function with
+``__wrapped__`` set (``functools.wraps``), which measures faster than wrapt's proxy."""
 
 from __future__ import annotations
 
@@ -72,13 +78,46 @@ class Gate(Protocol):
 
 Replacement = Callable[[Any, Gate], Callable[..., Any]]
 """Builds the replacement from the original function and its patch's gate. On a hot path it
-is a plain function (one Python frame, no per-access binding object) that calls the original
-unchanged when ``gate.active`` is False: if something else wrapped the attribute after us and
-revert had to leave it in place, our layer is then a pass-through."""
+is a plain function (one Python frame, no per-access binding object) with ``__wrapped__`` set
+to the original (``functools.wraps``) that calls the original unchanged when ``gate.active`` is
+False: if something else wrapped the attribute after us and revert had to leave it in place,
+our layer is then a pass-through. Off the hot path, :func:`proxied` builds it."""
+
+ProxyWrapper = Callable[[Callable[..., Any], Any, tuple[Any, ...], dict[str, Any]], Any]
+"""wrapt's wrapper form: ``wrapper(wrapped, instance, args, kwargs)``."""
+
+
+def proxied(wrapper: ProxyWrapper) -> Replacement:
+    """The replacement that installs ``wrapt.FunctionWrapper(original, wrapper)``, enabled while
+    its patch is applied (a pass-through once reverted, when something else wrapped the
+    attribute after us). Its ``__wrapped__`` is the original; wrapt is imported here, when the
+    patch is applied."""
+
+    def make(original: Any, gate: Gate) -> Any:
+        import wrapt
+
+        return wrapt.FunctionWrapper(original, wrapper, enabled=lambda: gate.active)
+
+    return make
+
+
+def unwrap_own(found: Any, ours: Callable[[Any], bool]) -> Any:
+    """What ``found`` wraps past the first wrapper of fi_patches' on its ``__wrapped__`` chain
+    (``ours(f)`` tells), or ``found`` itself when the chain holds none: a wrapper someone else
+    put over ours is seen through, FlashInfer's own decorators are not."""
+    import inspect
+
+    if ours(found):
+        return found.__wrapped__
+    try:
+        mine = inspect.unwrap(found, stop=ours)
+    except ValueError:  # a __wrapped__ cycle: nothing of ours is reachable
+        return found
+    return mine.__wrapped__ if mine is not found and ours(mine) else found
 
 
 class AttributePatch:
-    """Replaces ``owner.name`` (a module or class attribute) with ``make(original)``.
+    """Replaces ``owner.name`` (a module or class attribute) with ``make(original, self)``.
 
     The original is read from ``owner.__dict__`` so a class's plain function, not a bound
     method, is kept and put back. If something else replaced the attribute after us, revert

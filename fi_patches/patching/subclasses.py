@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from fi_patches._logging import get_logger, log_once
-from fi_patches.patching.patch import Replacement
+from fi_patches.patching.patch import Replacement, unwrap_own
 
 logger = get_logger(__name__)
 
@@ -111,16 +111,16 @@ def _watch(base: type) -> _SubclassWatch:
 _PRUNE_MIN = 64
 """How many wrapped classes :class:`RunnerMethodPatch` lists before it drops the dead ones."""
 
-STOCK = "__fi_patches_stock__"
-"""The attribute of a wrapper :class:`RunnerMethodPatch` installs that holds the method it
-wraps (so a caller can reach FlashInfer's own answer past it)."""
+_OURS: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Every wrapper :class:`RunnerMethodPatch` made (its ``__wrapped__`` is the method it wraps),
+so a caller can reach FlashInfer's own method past it and past anything wrapped over it."""
 
 
 def stock_method(cls: type, method: str) -> Any:
-    """``cls``'s ``method`` as FlashInfer defines it: the function its MRO resolves, past a
-    wrapper of fi_patches'."""
-    found = getattr(cls, method)
-    return getattr(found, STOCK, found)
+    """``cls``'s ``method`` as FlashInfer defines it: the function its MRO resolves, unwrapped
+    (``__wrapped__``) past a wrapper of fi_patches' and anything someone wrapped over it, never
+    past FlashInfer's own decorators."""
+    return unwrap_own(getattr(cls, method), _OURS.__contains__)
 
 
 class RunnerMethodPatch:
@@ -178,7 +178,8 @@ class RunnerMethodPatch:
                 installed = made[1]
             else:
                 installed = self.make(cls.__name__)(original, self)
-                setattr(installed, STOCK, original)
+                installed.__wrapped__ = original  # type: ignore[attr-defined]  # inspect.unwrap
+                _OURS.add(installed)
                 self._made[cls] = (original, installed)
             type.__setattr__(cls, self.method, installed)
             self._wrapped.add(cls)

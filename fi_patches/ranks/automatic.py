@@ -11,7 +11,6 @@ pinning wrappers, so the last holder to leave restores FlashInfer's own function
 
 from __future__ import annotations
 
-import functools
 import logging
 import sys
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from typing import Any
 from fi_patches._logging import get_logger, log_once
 from fi_patches.internals import tune_group
 from fi_patches.patching import AttributePatch, PatchSet
-from fi_patches.patching.patch import Gate
+from fi_patches.patching.patch import proxied
 from fi_patches.pinning.installation import Hold, Installation
 from fi_patches.ranks import settings
 
@@ -51,14 +50,27 @@ def guard_before_tuning(group: Any) -> None:
         )
 
 
-def _guarded_setter(original: Callable[..., Any], gate: Gate) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def set_autotune_process_group(group: Any, *args: Any, **kwargs: Any) -> Any:
-        if gate.active and group is not None:
-            guard_before_tuning(group)
-        return original(group, *args, **kwargs)
+def _group(group: Any, *args: Any, **kwargs: Any) -> Any:
+    """Binds a ``set_autotune_process_group`` call's group as FlashInfer's function names it."""
+    return group
 
-    return set_autotune_process_group
+
+def _guard_wrapper(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """``set_autotune_process_group`` that runs the guard on the group first (wrapt's form)."""
+    try:
+        group = _group(*args, **kwargs)
+    except TypeError:  # a call FlashInfer's own function rejects: it raises what it raises
+        group = None
+    if group is not None:
+        guard_before_tuning(group)
+    return wrapped(*args, **kwargs)
+
+
+_guarded_setter = proxied(_guard_wrapper)
+"""The setter's replacement: a ``wrapt.FunctionWrapper`` (a setter is no hot path), enabled
+while the guard's installation holds it."""
 
 
 def _build() -> PatchSet:

@@ -14,7 +14,6 @@ never reaches the gate is named instead of waited for.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
@@ -25,7 +24,7 @@ from typing import Any
 from fi_patches._logging import get_logger, log_once
 from fi_patches.internals import tune_group
 from fi_patches.patching import AttributePatch
-from fi_patches.patching.patch import Gate
+from fi_patches.patching.patch import proxied
 from fi_patches.ranks.exchange import ExchangeTimeout, GroupView, all_gather, group_view
 from fi_patches.ranks.guard import RankMismatchError
 
@@ -150,48 +149,49 @@ def check_candidates(call: tune_group.CandidateGateCall) -> None:
     )
 
 
-def _operation_gate(original: Callable[..., Any], gate: Gate) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def check_phase(*args: Any, **kwargs: Any) -> Any:
-        if gate.active:
-            try:
-                operation = tune_group.operation_gate_call(args, kwargs)
-            except Exception:
-                operation = None
-            if operation is not None:
-                _context.op, _context.runners = operation
-                _context.bucket = None
-        return original(*args, **kwargs)
-
-    return check_phase
+def _operation_gate(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """FlashInfer's operation-phase gate, noting the op being tuned first (wrapt's form)."""
+    try:
+        operation = tune_group.operation_gate_call(args, kwargs)
+    except Exception:
+        operation = None
+    if operation is not None:
+        _context.op, _context.runners = operation
+        _context.bucket = None
+    return wrapped(*args, **kwargs)
 
 
-def _prepare_inputs(original: Callable[..., Any], gate: Gate) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def prepare(self: Any, profile: Any, *args: Any, **kwargs: Any) -> Any:
-        if gate.active:
-            try:
-                _context.bucket = tune_group.profile_shapes(profile)
-            except Exception:
-                _context.bucket = None
-        return original(self, profile, *args, **kwargs)
-
-    return prepare
+def _profile(profile: Any, *args: Any, **kwargs: Any) -> Any:
+    """Binds a ``_prepare_input_tensors`` call's profile as FlashInfer's method names it."""
+    return profile
 
 
-def _candidate_gate(original: Callable[..., Any], gate: Gate) -> Callable[..., Any]:
-    @functools.wraps(original)
-    def sync(*args: Any, **kwargs: Any) -> Any:
-        if gate.active:
-            try:
-                call = tune_group.candidate_gate_call(args, kwargs)
-            except Exception:
-                call = None
-            if call is not None:
-                check_candidates(call)
-        return original(*args, **kwargs)
+def _prepare_inputs(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """FlashInfer's profiling-input builder, noting the bucket first (wrapt's form: ``wrapped``
+    is bound to the tuner)."""
+    try:
+        _context.bucket = tune_group.profile_shapes(_profile(*args, **kwargs))
+    except Exception:
+        _context.bucket = None
+    return wrapped(*args, **kwargs)
 
-    return sync
+
+def _candidate_gate(
+    wrapped: Callable[..., Any], instance: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """FlashInfer's candidate sync, comparing the candidates across ranks first (wrapt's
+    form)."""
+    try:
+        call = tune_group.candidate_gate_call(args, kwargs)
+    except Exception:
+        call = None
+    if call is not None:
+        check_candidates(call)
+    return wrapped(*args, **kwargs)
 
 
 def detector_patches() -> list[AttributePatch]:
@@ -210,7 +210,7 @@ def detector_patches() -> list[AttributePatch]:
     module = tune_group.tuner_module()
     prepare = tune_group.PREPARE_INPUTS.split(".")[1]
     return [
-        AttributePatch(module, tune_group.OPERATION_GATE, _operation_gate),
-        AttributePatch(module, tune_group.CANDIDATE_GATE, _candidate_gate),
-        AttributePatch(tune_group.tuner_class(), prepare, _prepare_inputs),
+        AttributePatch(module, tune_group.OPERATION_GATE, proxied(_operation_gate)),
+        AttributePatch(module, tune_group.CANDIDATE_GATE, proxied(_candidate_gate)),
+        AttributePatch(tune_group.tuner_class(), prepare, proxied(_prepare_inputs)),
     ]
