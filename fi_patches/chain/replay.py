@@ -20,13 +20,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+from fi_patches._untrusted import value_text
 from fi_patches.chain.errors import ReplayError
 from fi_patches.chain.ops import Op
 from fi_patches.chain.timing import Timed, Timer, Trial
 from fi_patches.pins.errors import PinTableError
 from fi_patches.pins.files import read_data_file
 from fi_patches.pins.keys import as_tactic, tactic_json
-from fi_patches.pins.values import value_text
 
 FORMAT = "fi_patches.chain.timings/1"
 

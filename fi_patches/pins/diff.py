@@ -231,7 +231,7 @@ def bucket_label(key: BucketKey, bucket_of: Callable[[int], int] | None) -> str:
     return f"{section} {n}x{k} rows {rows}"
 
 
-def value_text(value: Any) -> str:
+def cell_text(value: Any) -> str:
     """A cell of the diff: ``-`` for no entry, ``runner tactic`` for a ``[[pin]]`` bucket."""
     if isinstance(value, Won):
         return value.text()

@@ -11,7 +11,8 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from fi_patches.pins.errors import LEFT_OUT, PinProblem, PinTableError, safe_name
+from fi_patches._untrusted import safe_name
+from fi_patches.pins.errors import LEFT_OUT, PinProblem, PinTableError
 from fi_patches.pins.fields import FieldReader, kind
 from fi_patches.pins.files import MAX_FILE_BYTES, describe, read_pin_file
 from fi_patches.pins.schema import (
