@@ -4,7 +4,7 @@ integer past Python's int-to-str digit limit, and never raising.
 
 :func:`value_text` spells a value as a pin file does (``true``, ``null``, ``"text"``),
 :func:`safe_repr` and :func:`safe_name` show any object or name as Python does, cut to a readable
-size, and :func:`cut` bounds any text."""
+size, :func:`error_text` shows an exception, and :func:`cut` bounds any text."""
 
 from __future__ import annotations
 
@@ -23,6 +23,17 @@ _MAX_INT_BITS = 192  # ~58 digits: printing it could hit the digit limit
 def cut(text: str, limit: int) -> str:
     """``text``, or its first ``limit - 3`` characters and ``...`` where it is longer."""
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def error_text(exc: BaseException, limit: int = 300) -> str:
+    """``Type: first line`` of an exception's message, cut to ``limit`` characters, for
+    one-sentence reasons and one-line problems; never raises."""
+    try:
+        lines = str(exc).strip().splitlines()
+    except Exception:  # a hostile __str__
+        lines = []
+    text = cut(lines[0], limit) if lines else ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _big_int(value: int) -> str | None:

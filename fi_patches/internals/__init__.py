@@ -16,7 +16,6 @@ from fi_patches.internals._declare import (
     Internal,
     InternalError,
     OneOf,
-    error_text,
     mutations,
 )
 
@@ -28,7 +27,6 @@ __all__ = [
     "OneOf",
     "absence",
     "declared",
-    "error_text",
     "modules_of",
     "mutations",
     "needed_by",

@@ -16,6 +16,8 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from fi_patches._untrusted import error_text
+
 Check = Callable[[Any], "str | None"]
 """A behavioural check: given the resolved object, None when it behaves as fi_patches needs,
 else what is wrong, as a clause."""
@@ -34,12 +36,6 @@ class InternalError(RuntimeError):
     """An internal of FlashInfer (or vLLM) that fi_patches needs is missing or changed; the
     message names it. Features are disabled before this can escape to a caller; it reaches
     callers only of functions that need the internal directly (``from_tuner``, ``pinned_mm``)."""
-
-
-def error_text(exc: BaseException) -> str:
-    """``Type: first line`` of an exception, bounded, for one-sentence reasons."""
-    text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _nested_code(code: types.CodeType) -> list[types.CodeType]:

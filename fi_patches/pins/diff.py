@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from fi_patches._limits import LOW_LATENCY_MAX_ROWS
-from fi_patches.pins.keys import Profile, TunerKey, as_tactic, tactic_text
+from fi_patches.pins.keys import Profile, TunerKey, as_tactic, bucket_rows, tactic_text
 from fi_patches.pins.record import (
     Apart,
     Tuned,
-    bucket_rows,
     read_cache,
     runners_apart,
     section_of,

@@ -27,6 +27,7 @@ from fi_patches.pins.keys import (
     ShapePattern,
     TunerKey,
     as_tactic,
+    bucket_rows,
     extras_text,
     parse_file_key,
     tactic_json,
@@ -270,12 +271,6 @@ def read_cache(path: str | Path) -> tuple[list[Tuned], dict[str, Any]]:
             )
         return from_v2_store(location)
     return from_v1_file(location)
-
-
-def bucket_rows(bucket_of: Callable[[int], int], bucket: int) -> tuple[int, int]:
-    """The rows ``lo..hi`` that FlashInfer's tuner files under ``bucket``."""
-    rows = [r for r in range(1, bucket + 1) if bucket_of(r) == bucket]
-    return (min(rows), max(rows)) if rows else (bucket, bucket)
 
 
 # the [[pin]] entries -------------------------------------------------------------------------
