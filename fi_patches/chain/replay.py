@@ -294,11 +294,8 @@ class RecordingTimer:
         self.trials.append(record)
         return _Recorded(self.inner.prepare(trial), record)
 
-    def save(self, path: str | os.PathLike[str], *, device: str, flashinfer: str) -> None:
-        Path(path).write_text(self.text(device=device, flashinfer=flashinfer), encoding="utf-8")
-
     def text(self, *, device: str, flashinfer: str) -> str:
-        """The timings file's content (what :meth:`save` writes): one trial per line."""
+        """The timings file's content (what ``--save-timings`` writes): one trial per line."""
         head = {
             "format": FORMAT,
             "device": device,

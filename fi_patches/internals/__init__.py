@@ -16,7 +16,6 @@ from fi_patches.internals._declare import (
     Internal,
     InternalError,
     OneOf,
-    mutations,
 )
 
 __all__ = [
@@ -28,7 +27,6 @@ __all__ = [
     "absence",
     "declared",
     "modules_of",
-    "mutations",
     "needed_by",
 ]
 

@@ -252,28 +252,3 @@ class OneOf:
 
 
 Declared = Internal | OneOf
-
-
-def mutations(internal: Declared) -> tuple[str, ...]:
-    """The drift mutations that fit ``internal``: how a release could break it.
-
-    ``removed`` and ``renamed`` fit every attribute (a module can only be removed);
-    ``signature`` fits a callable with declared parameters; ``rebound`` a factory whose class
-    fi_patches finds in its body; ``raising`` (callables) and ``wrong_shape`` fit whatever the
-    probe exercises (an internal that cannot be exercised on every machine, such as a kernel
-    launch, gets the structural mutations only).
-    """
-    if isinstance(internal, OneOf):
-        return ("removed",)
-    if internal.kind == MODULE:
-        return ("removed",)
-    found = ["removed", "renamed"]
-    if internal.params:
-        found.append("signature")
-    if internal.builds:
-        found.append("rebound")
-    if internal.check is not None:
-        if internal.kind in (CALLABLE, METHOD, FACTORY):
-            found.append("raising")
-        found.append("wrong_shape")
-    return tuple(found)
