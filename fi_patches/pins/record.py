@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fi_patches._limits import LOW_LATENCY_MAX_ROWS
 from fi_patches.internals import tuner as fi_tuner
 from fi_patches.internals import vllm as vllm_layout
 from fi_patches.pins.errors import PinTableError
@@ -406,7 +407,7 @@ def _section_entries(
             else:
                 ranges.append([lo, hi, tactic])
         for lo, hi, tactic in ranges:
-            if section == "low_latency" and hi > 8:
+            if section == "low_latency" and hi > LOW_LATENCY_MAX_ROWS:
                 continue
             yield (
                 section,
