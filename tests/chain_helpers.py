@@ -4,14 +4,17 @@ implementation, injected through the interface; FlashInfer and fi_patches are no
 
 from __future__ import annotations
 
+import os
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from fi_patches.chain.ops import RunnerOp
+from fi_patches.chain.replay import RecordingTimer
 from fi_patches.chain.select import Slot
 from fi_patches.chain.spec import Bucket
 from fi_patches.chain.timing import Trial
@@ -122,3 +125,10 @@ def additive(
         return total
 
     return cost
+
+
+def save(
+    recorder: RecordingTimer, path: str | os.PathLike[str], *, device: str, flashinfer: str
+) -> None:
+    """Write ``recorder``'s timings file to ``path``, as ``--save-timings`` does."""
+    Path(path).write_text(recorder.text(device=device, flashinfer=flashinfer), encoding="utf-8")

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from fi_patches.internals import Internal, OneOf, declared, mutations
+from fi_patches.internals import Internal, OneOf, declared
+from tests.drift.cases import mutations
 
 PACKAGE = Path(__file__).resolve().parent.parent / "fi_patches"
 BOUNDARY = PACKAGE / "internals"

@@ -17,7 +17,7 @@ from fi_patches.chain.spec import ChainSpec
 from fi_patches.cli import main
 from fi_patches.cli.progress import PlainCounter, progress
 from fi_patches.pins.table import PinTable
-from tests.chain_helpers import CostTimer, cpu_only
+from tests.chain_helpers import CostTimer, cpu_only, save
 from tests.conftest import flashinfer_or_skip
 
 
@@ -99,7 +99,7 @@ def record(chain, path, isolated=False):
     plan = build_plan(spec, sm_version=103)
     recorder = RecordingTimer(CostTimer(model, noise=0.001, seed=1))
     results = tune(plan, recorder, spec.settings, isolated=isolated)
-    recorder.save(path, device="sm_103", flashinfer=HERE)
+    save(recorder, path, device="sm_103", flashinfer=HERE)
     return results
 
 
@@ -207,7 +207,7 @@ def test_current_pins_win_ties(both, chain, tmp_path):
     results = tune(plan, recorder, spec.settings)
     assert results[0].chosen["low_latency 6144x1536"] == other
     assert results[0].final_step("low_latency 6144x1536").rule == "current pin"
-    recorder.save(timings, device="sm_103", flashinfer=HERE)
+    save(recorder, timings, device="sm_103", flashinfer=HERE)
     out = tmp_path / "pins.toml"
     assert run_tune(chain, out, timings, "--pins", str(pins)) == 0
     assert PinTable.from_file(out).low_latency_tactic(6144, 1536, 8) == other

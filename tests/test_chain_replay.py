@@ -11,7 +11,7 @@ from fi_patches.chain.replay import FORMAT, RecordingTimer, ReplayTimer
 from fi_patches.chain.select import tune
 from fi_patches.chain.spec import Settings
 from fi_patches.chain.timing import Trial
-from tests.chain_helpers import CostTimer, additive, bucket, op, slots
+from tests.chain_helpers import CostTimer, additive, bucket, op, save, slots
 
 # Nothing here depends on the installed FlashInfer release (see pyproject.toml).
 pytestmark = pytest.mark.release_independent
@@ -33,7 +33,7 @@ def test_replaying_a_recording_reproduces_the_run(tmp_path):
     recorder = RecordingTimer(CostTimer(additive(COSTS, AFTER), noise=0.02, seed=7))
     recorded = tune(plan(), recorder, SETTINGS)
     path = tmp_path / "timings.json"
-    recorder.save(path, device="sm_103", flashinfer="0.7.4")
+    save(recorder, path, device="sm_103", flashinfer="0.7.4")
     data = json.loads(path.read_text())
     assert data["format"] == FORMAT and data["device"] == "sm_103"
     assert data["timer"] == "cost model"
@@ -51,7 +51,7 @@ def test_a_trial_not_recorded_is_named(tmp_path):
     recorder = RecordingTimer(CostTimer(additive(COSTS)))
     tune([(bucket(8), slots(op("a", TACTICS[:2])))], recorder, SETTINGS)
     path = tmp_path / "t.json"
-    recorder.save(path, device="sm_103", flashinfer="0.7.4")
+    save(recorder, path, device="sm_103", flashinfer="0.7.4")
     data = json.loads(path.read_text())
     del data["candidates"]  # as recorded before candidates were: the op lists its own
     path.write_text(json.dumps(data))
@@ -72,7 +72,7 @@ def test_a_replay_offers_the_recorded_candidates_and_never_asks_the_runner(tmp_p
     recorder = RecordingTimer(CostTimer(additive(COSTS, AFTER), noise=0.02, seed=7))
     recorded = tune(plan(), recorder, SETTINGS)
     path = tmp_path / "timings.json"
-    recorder.save(path, device="sm_103", flashinfer="0.7.4")
+    save(recorder, path, device="sm_103", flashinfer="0.7.4")
     assert json.loads(path.read_text())["candidates"] == [
         {"op": name, "section": None, "rows": 8, "tactics": [list(t) for t in TACTICS]}
         for name in ("a", "b")

@@ -24,6 +24,8 @@ from hypothesis import strategies as st
 
 import fi_patches
 from fi_patches.pinning import stack
+from fi_patches.pinning.index import PinIndex
+from fi_patches.pinning.sections import covering
 from fi_patches.pins import PinTable
 from tests import lowlat
 from tests.workers import barrier, workers
@@ -54,10 +56,18 @@ TABLES = [
 ]
 
 
+def find(index: PinIndex, section: str, n: int, k: int, rows: int) -> Any:
+    """The highest-priority entry of ``section`` in ``index`` covering ``rows`` rows of weight
+    ``(n, k)``, read from the index the hot path reads."""
+    shapes = index.sections.get(section)
+    group = shapes.by_nk.get((n, k)) if shapes is not None else None
+    return covering(group, rows) if group else None
+
+
 def observe() -> tuple[tuple[PinTable, ...], Any]:
     """What this context sees: the active tables and the hot path's pin for (N, K, 8)."""
     index = stack.current_index()
-    entry = stack.find(index, "low_latency", N, K, 8) if index is not None else None
+    entry = find(index, "low_latency", N, K, 8) if index is not None else None
     return stack.active_tables(), entry
 
 

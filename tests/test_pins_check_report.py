@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from fi_patches._untrusted import value_text
 from fi_patches.cli import main
 from fi_patches.mxfp8.routes import wide_tiles_served
 from fi_patches.pins.errors import PinProblem
-from fi_patches.pins.values import value_text
 
 TABLE = """
 [meta]

@@ -28,7 +28,8 @@ def check_tuner_buckets(spec: ChainSpec, bucket_of: Callable[[int], int]) -> Non
     """Raise :class:`ChainSpecError` for a bucket that cuts through one of the tuner's row
     buckets on a tuner-bucketed runner: its pin could not be honoured (``pins check`` refuses
     it too)."""
-    from fi_patches.pinning.validate import bucket_groups, split_bucket
+    from fi_patches.pinning.validate import split_bucket
+    from fi_patches.pins.keys import bucket_groups
 
     groups = bucket_groups(bucket_of, 2 * max(b.max_rows for b in spec.buckets) + 2)
     problems = []

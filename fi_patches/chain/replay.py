@@ -20,13 +20,13 @@ import os
 from pathlib import Path
 from typing import Any
 
+from fi_patches._untrusted import value_text
 from fi_patches.chain.errors import ReplayError
 from fi_patches.chain.ops import Op
 from fi_patches.chain.timing import Timed, Timer, Trial
 from fi_patches.pins.errors import PinTableError
 from fi_patches.pins.files import read_data_file
 from fi_patches.pins.keys import as_tactic, tactic_json
-from fi_patches.pins.values import value_text
 
 FORMAT = "fi_patches.chain.timings/1"
 
@@ -294,11 +294,8 @@ class RecordingTimer:
         self.trials.append(record)
         return _Recorded(self.inner.prepare(trial), record)
 
-    def save(self, path: str | os.PathLike[str], *, device: str, flashinfer: str) -> None:
-        Path(path).write_text(self.text(device=device, flashinfer=flashinfer), encoding="utf-8")
-
     def text(self, *, device: str, flashinfer: str) -> str:
-        """The timings file's content (what :meth:`save` writes): one trial per line."""
+        """The timings file's content (what ``--save-timings`` writes): one trial per line."""
         head = {
             "format": FORMAT,
             "device": device,

@@ -261,9 +261,9 @@ def run_diff(args: argparse.Namespace) -> int:
     from fi_patches.pins.diff import (
         NeedsBuckets,
         bucket_label,
+        cell_text,
         differing,
         read_choices,
-        value_text,
     )
     from fi_patches.pins.errors import PinTableError
     from fi_patches.pins.record import TunerCacheError
@@ -284,7 +284,7 @@ def run_diff(args: argparse.Namespace) -> int:
         return 2
     diffs, total = differing(choices)
     if diffs:
-        rows = [(bucket_label(d.key, bucket_of), *(value_text(v) for v in d.values)) for d in diffs]
+        rows = [(bucket_label(d.key, bucket_of), *(cell_text(v) for v in d.values)) for d in diffs]
         print(render(("bucket", *(s.label for s in sources)), rows))
     print(f"{len(diffs)} of {total} buckets differ")
     return 1 if diffs else 0

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from packaging.version import Version
 
 from fi_patches._logging import get_logger
+from fi_patches._untrusted import error_text
 from fi_patches.compat.versions import parse_version
-from fi_patches.internals import Dependency, error_text
+from fi_patches.internals import Dependency
 from fi_patches.internals.flashinfer import FLASHINFER
 
 logger = get_logger(__name__)

@@ -16,8 +16,6 @@ from fi_patches.internals._declare import (
     Internal,
     InternalError,
     OneOf,
-    error_text,
-    mutations,
 )
 
 __all__ = [
@@ -28,9 +26,7 @@ __all__ = [
     "OneOf",
     "absence",
     "declared",
-    "error_text",
     "modules_of",
-    "mutations",
     "needed_by",
 ]
 

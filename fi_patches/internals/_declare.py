@@ -16,6 +16,8 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from fi_patches._untrusted import error_text
+
 Check = Callable[[Any], "str | None"]
 """A behavioural check: given the resolved object, None when it behaves as fi_patches needs,
 else what is wrong, as a clause."""
@@ -34,12 +36,6 @@ class InternalError(RuntimeError):
     """An internal of FlashInfer (or vLLM) that fi_patches needs is missing or changed; the
     message names it. Features are disabled before this can escape to a caller; it reaches
     callers only of functions that need the internal directly (``from_tuner``, ``pinned_mm``)."""
-
-
-def error_text(exc: BaseException) -> str:
-    """``Type: first line`` of an exception, bounded, for one-sentence reasons."""
-    text = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _nested_code(code: types.CodeType) -> list[types.CodeType]:
@@ -256,28 +252,3 @@ class OneOf:
 
 
 Declared = Internal | OneOf
-
-
-def mutations(internal: Declared) -> tuple[str, ...]:
-    """The drift mutations that fit ``internal``: how a release could break it.
-
-    ``removed`` and ``renamed`` fit every attribute (a module can only be removed);
-    ``signature`` fits a callable with declared parameters; ``rebound`` a factory whose class
-    fi_patches finds in its body; ``raising`` (callables) and ``wrong_shape`` fit whatever the
-    probe exercises (an internal that cannot be exercised on every machine, such as a kernel
-    launch, gets the structural mutations only).
-    """
-    if isinstance(internal, OneOf):
-        return ("removed",)
-    if internal.kind == MODULE:
-        return ("removed",)
-    found = ["removed", "renamed"]
-    if internal.params:
-        found.append("signature")
-    if internal.builds:
-        found.append("rebound")
-    if internal.check is not None:
-        if internal.kind in (CALLABLE, METHOD, FACTORY):
-            found.append("raising")
-        found.append("wrong_shape")
-    return tuple(found)

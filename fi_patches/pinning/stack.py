@@ -24,7 +24,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from fi_patches.pinning.index import NARROW, Memo, PinIndex, Probe, combine, merge
-from fi_patches.pinning.sections import covering
 from fi_patches.pins.generation import GENERATION, bump
 from fi_patches.pins.table import PinTable
 
@@ -210,13 +209,6 @@ def current_index() -> PinIndex | None:
     if _process_tables and here.include_process:
         return here.with_process()
     return here.index
-
-
-def find(index: PinIndex, section: str, n: int, k: int, rows: int) -> Any:
-    """The highest-priority entry of ``section`` covering ``rows`` rows of weight ``(n, k)``."""
-    shapes = index.sections.get(section)
-    group = shapes.by_nk.get((n, k)) if shapes is not None else None
-    return covering(group, rows) if group else None
 
 
 def scope() -> _Scope:

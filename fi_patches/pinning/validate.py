@@ -15,10 +15,11 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from fi_patches._limits import LOW_LATENCY_MAX_ROWS
+from fi_patches._untrusted import error_text
 from fi_patches.internals import flashinfer as fi
 from fi_patches.pinning import stack
 from fi_patches.pins.errors import PinProblem, PinTableError
-from fi_patches.pins.keys import tactic_json
+from fi_patches.pins.keys import bucket_groups, tactic_json
 from fi_patches.pins.schema import RowRangePin
 from fi_patches.pins.table import PinTable
 
@@ -26,17 +27,6 @@ Checker = Callable[[PinTable], list[PinProblem]]
 
 
 mxfp8_bucket_of = fi.bucket_of
-
-
-def bucket_groups(bucket_of: Callable[[int], int], max_rows: int) -> list[tuple[int, int]]:
-    """Row ranges ``(lo, hi)`` within ``1..max_rows`` that share one bucket."""
-    groups: list[tuple[int, int]] = []
-    for rows in range(1, max_rows + 1):
-        if groups and bucket_of(rows) == bucket_of(groups[-1][0]):
-            groups[-1] = (groups[-1][0], rows)
-        else:
-            groups.append((rows, rows))
-    return groups
 
 
 def split_bucket(
@@ -292,14 +282,12 @@ def _warn_unlike(table: PinTable, names: list[str]) -> None:
 
 
 def _raised(table: PinTable, section: str, entry: Any, what: str, exc: Exception) -> PinProblem:
-    from fi_patches.pins.files import describe
-
     return PinProblem(
         table.source,
         f"[[{section}]] #{entry.index}",
         "tactic",
         entry.to_mapping()["tactic"],
-        f"could not be checked: FlashInfer's {what} raised {describe(exc)}",
+        f"could not be checked: FlashInfer's {what} raised {error_text(exc, 200)}",
     )
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from fi_patches._untrusted import value_text
 from fi_patches.pins.schema import SECTIONS
 from fi_patches.pins.table import PinTable
-from fi_patches.pins.values import value_text
 
 OK, INVALID, UNCHECKED = "OK", "invalid", "unchecked"
 

@@ -17,11 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from fi_patches._limits import LOW_LATENCY_MAX_ROWS
-from fi_patches.pins.keys import Profile, TunerKey, as_tactic, tactic_text
+from fi_patches.pins.keys import Profile, TunerKey, as_tactic, bucket_rows, tactic_text
 from fi_patches.pins.record import (
     Apart,
     Tuned,
-    bucket_rows,
     read_cache,
     runners_apart,
     section_of,
@@ -231,7 +230,7 @@ def bucket_label(key: BucketKey, bucket_of: Callable[[int], int] | None) -> str:
     return f"{section} {n}x{k} rows {rows}"
 
 
-def value_text(value: Any) -> str:
+def cell_text(value: Any) -> str:
     """A cell of the diff: ``-`` for no entry, ``runner tactic`` for a ``[[pin]]`` bucket."""
     if isinstance(value, Won):
         return value.text()

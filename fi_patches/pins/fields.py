@@ -12,7 +12,8 @@ import difflib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from fi_patches.pins.errors import LEFT_OUT, PinProblem, safe_repr
+from fi_patches._untrusted import safe_repr
+from fi_patches.pins.errors import LEFT_OUT, PinProblem
 
 T = TypeVar("T")
 

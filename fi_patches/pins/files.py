@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from fi_patches import _toml
+from fi_patches._untrusted import error_text
 from fi_patches.pins.errors import PinProblem, PinTableError
 from fi_patches.pins.fields import OversizeInteger
 
@@ -33,16 +34,6 @@ class KeyedTwice(dict[str, Any]):
     readers do); ``keyed_twice`` names them so the schema can report each one."""
 
     keyed_twice: tuple[str, ...] = ()
-
-
-def describe(exc: BaseException) -> str:
-    """``Type: message`` of an exception, bounded, never raising."""
-    try:
-        text = str(exc)
-    except Exception:
-        text = ""
-    text = text if len(text) <= 200 else text[:197] + "..."
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _refuse(source: str, where: str, message: str) -> PinTableError:
@@ -87,7 +78,7 @@ def _read_bytes(path: Path, source: str, what: str, max_bytes: int) -> bytes:
     except PinTableError:
         raise
     except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the path
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else describe(exc)
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else error_text(exc, 200)
         raise _refuse(source, "file", f"cannot be read ({reason})") from exc
     if len(data) > max_bytes:  # it grew after fstat
         raise _refuse(source, "file", too_big)
@@ -110,11 +101,17 @@ def _parse_toml(text: str, source: str) -> object:
     try:
         return _toml.loads(text)
     except _toml.TOMLDecodeError as exc:
-        raise _refuse(source, "TOML", describe(exc).removeprefix("TOMLDecodeError: ")) from exc
+        raise _refuse(
+            source, "TOML", error_text(exc, 200).removeprefix("TOMLDecodeError: ")
+        ) from exc
     except RecursionError as exc:
         raise _refuse(source, "TOML", "nests too deeply to read") from exc
     except ValueError as exc:  # an integer past Python's int-to-str digit limit
-        raise _refuse(source, "TOML", f"holds a value too long to read ({describe(exc)})") from exc
+        raise _refuse(
+            source,
+            "TOML",
+            f"holds a value too long to read ({error_text(exc, 200)})",
+        ) from exc
 
 
 def _json_int(text: str) -> int | OversizeInteger:
@@ -147,4 +144,8 @@ def _parse_json(text: str, source: str) -> object:
     except RecursionError as exc:
         raise _refuse(source, "JSON", "nests too deeply to read") from exc
     except ValueError as exc:
-        raise _refuse(source, "JSON", f"holds a value too long to read ({describe(exc)})") from exc
+        raise _refuse(
+            source,
+            "JSON",
+            f"holds a value too long to read ({error_text(exc, 200)})",
+        ) from exc

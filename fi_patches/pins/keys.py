@@ -16,7 +16,7 @@ from __future__ import annotations
 import ast
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -221,3 +221,24 @@ class ShapePattern:
 
     def text(self) -> str:
         return json.dumps([list(shape) for shape in self.dims], separators=(",", ":"))
+
+
+def bucket_groups(bucket_of: Callable[[int], int], max_rows: int) -> list[tuple[int, int]]:
+    """Row ranges ``(lo, hi)`` within ``1..max_rows`` that FlashInfer's tuner files under one
+    bucket (``bucket_of`` maps a row count to its bucket)."""
+    groups: list[tuple[int, int]] = []
+    for rows in range(1, max_rows + 1):
+        if groups and bucket_of(rows) == bucket_of(groups[-1][0]):
+            groups[-1] = (groups[-1][0], rows)
+        else:
+            groups.append((rows, rows))
+    return groups
+
+
+def bucket_rows(bucket_of: Callable[[int], int], bucket: int) -> tuple[int, int]:
+    """The rows ``lo..hi`` that FlashInfer's tuner files under ``bucket`` (``bucket, bucket``
+    when no row count up to it maps there)."""
+    for lo, hi in bucket_groups(bucket_of, bucket):
+        if bucket_of(lo) == bucket:
+            return lo, hi
+    return bucket, bucket

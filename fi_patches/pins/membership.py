@@ -19,7 +19,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from fi_patches.internals import error_text
+from fi_patches._untrusted import error_text
 from fi_patches.pins.keys import as_tactic, extras_text, tactic_text
 from fi_patches.pins.tuner_pin import TunerPin
 

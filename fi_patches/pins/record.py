@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fi_patches._limits import LOW_LATENCY_MAX_ROWS
 from fi_patches.internals import tuner as fi_tuner
 from fi_patches.internals import vllm as vllm_layout
 from fi_patches.pins.errors import PinTableError
@@ -27,6 +28,7 @@ from fi_patches.pins.keys import (
     ShapePattern,
     TunerKey,
     as_tactic,
+    bucket_rows,
     extras_text,
     parse_file_key,
     tactic_json,
@@ -272,12 +274,6 @@ def read_cache(path: str | Path) -> tuple[list[Tuned], dict[str, Any]]:
     return from_v1_file(location)
 
 
-def bucket_rows(bucket_of: Callable[[int], int], bucket: int) -> tuple[int, int]:
-    """The rows ``lo..hi`` that FlashInfer's tuner files under ``bucket``."""
-    rows = [r for r in range(1, bucket + 1) if bucket_of(r) == bucket]
-    return (min(rows), max(rows)) if rows else (bucket, bucket)
-
-
 # the [[pin]] entries -------------------------------------------------------------------------
 
 Position = tuple[int, int]
@@ -411,7 +407,7 @@ def _section_entries(
             else:
                 ranges.append([lo, hi, tactic])
         for lo, hi, tactic in ranges:
-            if section == "low_latency" and hi > 8:
+            if section == "low_latency" and hi > LOW_LATENCY_MAX_ROWS:
                 continue
             yield (
                 section,

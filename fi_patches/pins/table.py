@@ -11,9 +11,10 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from fi_patches.pins.errors import LEFT_OUT, PinProblem, PinTableError, safe_name
+from fi_patches._untrusted import error_text, safe_name
+from fi_patches.pins.errors import LEFT_OUT, PinProblem, PinTableError
 from fi_patches.pins.fields import FieldReader, kind
-from fi_patches.pins.files import MAX_FILE_BYTES, describe, read_pin_file
+from fi_patches.pins.files import MAX_FILE_BYTES, read_pin_file
 from fi_patches.pins.schema import (
     MAX_ENTRIES,
     MAX_PIN_ENTRIES,
@@ -85,7 +86,15 @@ class PinTable:
             field = progress.reader.field if progress.reader is not None else None
             what = f"{field} could not be read" if field else "could not be read"
             raise PinTableError(
-                [PinProblem(source, progress.where, None, None, f"{what} ({describe(exc)})")]
+                [
+                    PinProblem(
+                        source,
+                        progress.where,
+                        None,
+                        None,
+                        f"{what} ({error_text(exc, 200)})",
+                    )
+                ]
             ) from exc
 
     @classmethod
@@ -181,7 +190,15 @@ class PinTable:
             raise
         except Exception as exc:
             raise PinTableError(
-                [PinProblem(source, "file", None, None, f"could not be read ({describe(exc)})")]
+                [
+                    PinProblem(
+                        source,
+                        "file",
+                        None,
+                        None,
+                        f"could not be read ({error_text(exc, 200)})",
+                    )
+                ]
             ) from exc
         return cls.from_mapping(data, source=source)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from fi_patches._logging import get_logger
+from fi_patches._untrusted import cut
 from fi_patches.ranks.exchange import (
     ExchangeError,
     ExchangeTimeout,
@@ -56,11 +57,6 @@ class RankMismatchError(RuntimeError):
         self.missing = missing
 
 
-def _value_text(value: str) -> str:
-    text = repr(value)
-    return text if len(text) <= _VALUE_CHARS else text[: _VALUE_CHARS - 3] + "..."
-
-
 def _ranks_text(view: GroupView, ranks: tuple[int, ...]) -> str:
     names = [view.describe(r).removeprefix("rank ") for r in ranks]
     return f"rank {names[0]} has" if len(names) == 1 else f"ranks {', '.join(names)} have"
@@ -70,7 +66,7 @@ def _field_lines(view: GroupView, found: Differences) -> list[str]:
     lines = []
     for name, holders in found.items():
         parts = [
-            f"{_ranks_text(view, ranks)} {_value_text(value)}"
+            f"{_ranks_text(view, ranks)} {cut(repr(value), _VALUE_CHARS)}"
             for value, ranks in sorted(holders.items(), key=lambda item: item[1][0])
         ]
         lines.append(f"  {name}: {'; '.join(parts)}")

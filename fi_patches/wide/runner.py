@@ -14,7 +14,7 @@ import functools
 import logging
 from typing import Any
 
-from fi_patches._limits import WIDE_OP, WIDE_RUNNER
+from fi_patches._limits import LOW_LATENCY_MAX_ROWS, WIDE_OP, WIDE_RUNNER
 from fi_patches._logging import get_logger, log_once
 from fi_patches.wide.tactics import TILE_ROUNDING, WIDE_MAX_ROWS, pick_tile
 
@@ -54,7 +54,7 @@ def runner_class() -> type:
         def serves(self, inputs: list[Any]) -> bool:
             out = inputs[5]
             rows = inputs[0].shape[0]
-            return 8 < rows <= self.max_rows and out.dtype == torch.bfloat16
+            return LOW_LATENCY_MAX_ROWS < rows <= self.max_rows and out.dtype == torch.bfloat16
 
         def tile_for(self, rows: int) -> int:
             return pick_tile(rows, rounding=self.rounding, max_rows=self.max_rows)

@@ -1,5 +1,5 @@
 """The drift suite: every internal declared in ``fi_patches/internals/`` is broken in turn, each
-way ``fi_patches.internals.mutations`` says fits it, in the real installed FlashInfer, and
+way ``tests.drift.cases.mutations`` says fits it, in the real installed FlashInfer, and
 fi_patches must turn the features that need it off with a reason naming it and otherwise stay
 out of FlashInfer's way.
 

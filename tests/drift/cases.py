@@ -1,5 +1,5 @@
 """The drift cases, computed from the boundary: one per declared internal and mutation that
-fits it (``fi_patches.internals.mutations``), so an internal declared without a probe that
+fits it (:func:`mutations`), so an internal declared without a probe that
 catches each of its mutations fails the suite."""
 
 from __future__ import annotations
@@ -8,13 +8,39 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
-from fi_patches.internals import Declared, Internal, OneOf, declared, mutations
+from fi_patches.internals import Declared, Internal, OneOf, declared
+from fi_patches.internals._declare import CALLABLE, FACTORY, METHOD, MODULE
 
 BASELINE = "baseline"
 """The id of the run with nothing broken, that every case is compared with."""
 
 ABSENCE = ("removed", "renamed")
 """The mutations that make an internal absent (allowed for optional internals)."""
+
+
+def mutations(internal: Declared) -> tuple[str, ...]:
+    """The drift mutations that fit ``internal``: how a release could break it.
+
+    ``removed`` and ``renamed`` fit every attribute (a module can only be removed);
+    ``signature`` fits a callable with declared parameters; ``rebound`` a factory whose class
+    fi_patches finds in its body; ``raising`` (callables) and ``wrong_shape`` fit whatever the
+    probe exercises (an internal that cannot be exercised on every machine, such as a kernel
+    launch, gets the structural mutations only).
+    """
+    if isinstance(internal, OneOf):
+        return ("removed",)
+    if internal.kind == MODULE:
+        return ("removed",)
+    found = ["removed", "renamed"]
+    if internal.params:
+        found.append("signature")
+    if internal.builds:
+        found.append("rebound")
+    if internal.check is not None:
+        if internal.kind in (CALLABLE, METHOD, FACTORY):
+            found.append("raising")
+        found.append("wrong_shape")
+    return tuple(found)
 
 
 @dataclass(frozen=True)

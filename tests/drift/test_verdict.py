@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from fi_patches.internals import declared, mutations
-from tests.drift.cases import Case, by_key
+from fi_patches.internals import declared
+from tests.drift.cases import Case, by_key, mutations
 from tests.drift.snapshot import Snapshot
 from tests.drift.verdict import collateral, not_applicable, problems
 
