@@ -30,7 +30,7 @@ from typing import Any
 OPS = ("mm_bf16:cudnn", "mm_bf16:cublaslt", "bmm_fp8:cublas", "bmm_fp8:cudnn")
 PINNED, UNPINNED = (4096, 4096), (2048, 4096)  # (n, k): the recorded weight, another one
 ROWS = 8
-TARGET_UNPINNED, TARGET_PINNED = 1.10, 1.00
+TARGET_UNPINNED, TARGET_PINNED = 1.05, 1.00  # issue 30: get_valid_tactics of a pinned runner
 TARGET_SERVING = 1.02
 """A serving call's host time in every mode: within this of stock's (issue 30)."""
 SERVING_MODES = ("process-wide", "narrow", "preseed", "other thread")
