@@ -592,3 +592,133 @@ def test_a_pin_the_runners_own_check_rejects_gets_flashinfers_answer(engine, mon
         assert tuner.choose_one(toy_op.OP, [runner], config, [x, w]) == stock
         verdict[0] = True
         assert tuner.choose_one(toy_op.OP, [runner], config, [x, w])[1] == 2
+
+
+def _runner_named(name: str) -> Any:
+    return toy_op.runners()[["ToyTileRunner", "ToySplitRunner"].index(name)]
+
+
+def test_a_thread_without_pins_gets_flashinfers_own_answers_while_another_holds_a_block(
+    engine, monkeypatch
+):
+    """With a block open in another thread only (the wrappers installed, the probes passing for
+    the very key it pins), this thread's lookups, with or without FlashInfer's further keyword
+    arguments, and the pinned runner's own list are FlashInfer's, as stock; the block's thread
+    is served its pin meanwhile."""
+    import threading
+
+    from flashinfer.autotuner import AutoTuner
+
+    winners = _warmed(engine, monkeypatch)
+    runner, pin = _not_cached(winners)
+    tuner, config, runners = AutoTuner.get(), toy_op.config(), toy_op.runners()
+    pinned, plain = _runner_named(runner), _plain_runner()
+    x, w = toy_op.operands(ROWS, N)
+    shapes = ((ROWS, toy_op.K), (toy_op.K, N))
+    extras = "(torch.float32,)" if runner == "ToyTileRunner" else "()"
+    listed = list(pin) if isinstance(pin, tuple) else pin
+    table = _table(_entry(runner, listed, extras=extras), _entry("ToyPlainRunner", 2))
+    stock_method = AutoTuner.__dict__["search_cache"]
+
+    def answers() -> list[Any]:
+        return [
+            tuner.choose_one(toy_op.OP, runners, config, [x, w]),
+            tuner.search_cache(toy_op.OP, runners, shapes, config, [x, w]),
+            tuner.search_cache(
+                toy_op.OP, runners, shapes, config, inputs=[x, w], require_profiling_policy=True
+            ),
+            tuner.search_cache(toy_op.OP, runners, shapes, config, [x, w], validation_profile=None),
+            pinned.get_valid_tactics([x, w], None),
+            plain.get_valid_tactics([x, w], None),
+            _ran(x, w),
+        ]
+
+    stock = answers()
+    entered, leave = threading.Event(), threading.Event()
+    inside: list[Any] = []
+
+    def hold() -> None:
+        with fi_patches.pinned_tactics(table):
+            inside.extend(
+                [
+                    _ran(x, w),
+                    pinned.get_valid_tactics([x, w], None),
+                    plain.get_valid_tactics([x, w], None),
+                ]
+            )
+            entered.set()
+            leave.wait()
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert entered.wait(30)
+        assert AutoTuner.__dict__["search_cache"] is not stock_method  # the wrappers are in
+        for _ in range(2):  # decided, then the same from the fast path
+            assert answers() == stock
+    finally:
+        leave.set()
+        holder.join()
+    assert inside == [[(runner, ROWS, pin)], [pin], [2]]
+    assert answers() == stock
+
+
+def _plain_runner() -> Any:
+    """A runner whose ``get_valid_tactics`` takes exactly ``(self, inputs, profile)``, as
+    FlashInfer's own runners' do (the form the lean runner wrapper serves)."""
+    from flashinfer.autotuner import TunableRunner
+
+    class ToyPlainRunner(TunableRunner):
+        def get_valid_tactics(self, inputs: Any, profile: Any) -> list[int]:
+            return [1, 2, 4]
+
+        def forward(self, inputs: Any, tactic: Any = -1, **kw: Any) -> Any:
+            return inputs[0] @ inputs[1]
+
+    return ToyPlainRunner()
+
+
+def test_process_wide_pins_serve_a_thread_without_a_block_while_another_holds_one(
+    engine, monkeypatch
+):
+    """Process-wide pins with a block of another table open in another thread: a thread
+    without a block is served the process-wide pin, by the lookup and by the runner's own list
+    (the context is read, then the process-wide tables), while the block's thread is served
+    the block's."""
+    import threading
+
+    from flashinfer.autotuner import AutoTuner
+
+    toy_op.start(monkeypatch, 63)
+    runner = _plain_runner()
+    tuner, config = AutoTuner.get(), toy_op.config()
+    x, w = toy_op.operands(ROWS, N)
+
+    def served() -> tuple[Any, list[Any]]:
+        return (
+            tuner.choose_one(toy_op.OP, [runner], config, [x, w])[1],
+            runner.get_valid_tactics([x, w], None),
+        )
+
+    stock = served()
+    entered, leave = threading.Event(), threading.Event()
+    inside: list[Any] = []
+
+    def hold() -> None:
+        with fi_patches.pinned_tactics(_table(_entry("ToyPlainRunner", 4))):
+            inside.append(served())
+            entered.set()
+            leave.wait()
+
+    with _serving(_table(_entry("ToyPlainRunner", 2)), "process"):
+        holder = threading.Thread(target=hold)
+        holder.start()
+        try:
+            assert entered.wait(30)
+            for _ in range(2):
+                assert served() == (2, [2])
+        finally:
+            leave.set()
+            holder.join()
+    assert inside == [(4, [4])]
+    assert served() == stock and stock[1] == [1, 2, 4]

@@ -188,25 +188,25 @@ pinned (None: the stock list)."""
 
 
 def _plain_shell(name: str, original: Any, probe_for: Any, answer: Answer) -> Any:
-    """The wrapper of a ``(self, inputs, profile)`` method: the probe inline, then ``answer``
-    for a call that passes it (or any call while tuning) in a context that has pins."""
-    scope_of, plain = stack._scope.get, stack.PLAIN
+    """The wrapper of a ``(self, inputs, profile)`` method: one read of the context first (a
+    call where nothing pins goes straight to FlashInfer's method), then the probe inline, then
+    ``answer`` for a call that passes it (or any call while tuning)."""
+    here, plain = stack.scope, stack.PLAIN
 
     def get_valid_tactics(self: Any, inputs: Any, profile: Any) -> Any:
+        if here().index is None and plain[0]:  # nothing pins in this context
+            return original(self, inputs, profile)
+        try:
+            probe = probe_for(len(inputs))
+            hit = probe is not None and (probe[1] is None or inputs[probe[0]].shape in probe[1])
+        except AttributeError:  # not a tensor: no pin has this form
+            hit = False
+        except Exception:
+            _unreadable(name)
+            hit = False
         # While tuning, a runner whose own pins miss may still yield to another runner's pin
         # for the call (search tells), so every call searches.
-        hit = TUNING[0]
-        if not hit:
-            try:
-                probe = probe_for(len(inputs))
-                if probe is not None:
-                    shapes = probe[1]
-                    hit = shapes is None or inputs[probe[0]].shape in shapes
-            except AttributeError:  # not a tensor: no pin has this form
-                pass
-            except Exception:
-                _unreadable(name)
-        if hit and (scope_of().index is not None or not plain[0]):
+        if hit or TUNING[0]:
             found = answer(self, inputs, profile, (), {})
             if found is not None:
                 return found
@@ -219,12 +219,12 @@ def _plain_shell(name: str, original: Any, probe_for: Any, answer: Answer) -> An
 def _general_shell(name: str, original: Any, probe_for: Any, answer: Answer) -> Any:
     """The wrapper of a method of any other signature: every call in a context that has pins is
     answered (the probe only saves time) and every argument passed on."""
-    scope_of, plain = stack._scope.get, stack.PLAIN
+    here, plain = stack.scope, stack.PLAIN
 
     def get_valid_tactics(
         self: Any, inputs: Any, profile: Any = None, *args: Any, **kwargs: Any
     ) -> Any:
-        if scope_of().index is not None or not plain[0]:
+        if here().index is not None or not plain[0]:
             found = answer(self, inputs, profile, args, kwargs)
             if found is not None:
                 return found

@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextvars
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -211,9 +211,11 @@ def current_index() -> PinIndex | None:
     return here.index
 
 
-def scope() -> _Scope:
-    """This context's scope (its blocks and memo)."""
-    return _scope.get()
+scope: Callable[[], _Scope] = _scope.get
+"""This context's scope (its blocks, merged index and memo), read in one C call: the accessor
+the wrappers' hot paths bind. ``scope().index is None and PLAIN[0]``: nothing pins in this
+context (no block here, no process-wide table, pins not suspended), whatever other threads
+and contexts hold."""
 
 
 def active_tables() -> tuple[PinTable, ...]:

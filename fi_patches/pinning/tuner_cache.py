@@ -250,12 +250,15 @@ def _lean_signature(original: Any) -> bool:
 
 def search_cache_replacement(original: Any, gate: Any) -> Any:
     """``AutoTuner.search_cache`` as the module docstring says, taking FlashInfer's own
-    parameters. A serving lookup (on every call of a tuned op) reads the pin state once
-    (:data:`fi_patches.pinning.stack.SERVING`: no context read under process-wide pins alone)
-    and the index's memo once, and answers a pinned key from the pin without FlashInfer's own
-    lookup; everything else goes the general way (:func:`_general`)."""
-    serving_state, context = stack.SERVING, stack.CONTEXT
-    scope_of, plain = stack._scope.get, stack.PLAIN
+    parameters. Every lookup first finds the pins in force here in one read of the pin state
+    (:data:`fi_patches.pinning.stack.SERVING`) and, while some block is open somewhere, one of
+    the context (:data:`fi_patches.pinning.stack.scope`); with none it calls FlashInfer's own
+    method straight away. A serving lookup (on every call of a tuned op) then reads the index's
+    memo once: a key no entry reaches goes straight to FlashInfer, a pinned key is answered
+    from the pin without FlashInfer's own lookup; everything else goes the general way
+    (:func:`_general`)."""
+    serving_state, context, plain = stack.SERVING, stack.CONTEXT, stack.PLAIN
+    here, in_force, unreached = stack.scope, stack.current_index, UNREACHED
 
     def lean(
         self: Any,
@@ -268,38 +271,25 @@ def search_cache_replacement(original: Any, gate: Any) -> Any:
         require_profiling_policy: Any = _UNSET,
         validation_profile: Any = _UNSET,
     ) -> Any:
-        state = serving_state[0]
-        if require_profiling_policy is not _UNSET or validation_profile is not _UNSET:
-            kwargs = {}
-            if require_profiling_policy is not _UNSET:
-                kwargs["require_profiling_policy"] = require_profiling_policy
-            if validation_profile is not _UNSET:
-                kwargs["validation_profile"] = validation_profile
-            return _general(
-                self,
-                original,
-                gate,
-                custom_op,
-                runners,
-                input_shapes,
-                tuning_config,
-                inputs,
-                kwargs,
-            )
-        if state is None:  # nothing pins anywhere
-            return original(self, custom_op, runners, input_shapes, tuning_config, inputs)
-        if inputs is not None and not self.is_tuning_mode:  # a serving lookup
+        index = serving_state[0]
+        if index is context:  # some block is open somewhere: this context decides
             try:
-                index = (
-                    state
-                    if state is not context
-                    else scope_of().index
-                    if plain[0]
-                    else stack.current_index()
-                )
-                if index is not None and gate.active:
+                index = here().index if plain[0] else in_force()
+            except Exception:
+                _surprise()
+                index = None
+        if require_profiling_policy is _UNSET and validation_profile is _UNSET:
+            if index is None:  # nothing pins here
+                return original(self, custom_op, runners, input_shapes, tuning_config, inputs)
+            if inputs is not None and not self.is_tuning_mode:  # a serving lookup
+                try:
                     row = index.lookups.get((custom_op, input_shapes))
-                    if row is None or row[0] is not None:  # not a key no entry reaches
+                    # A key some entry may pin (a row not yet decided: of an op pinned here)
+                    if (
+                        row is not unreached
+                        and gate.active
+                        and (row is not None or custom_op in index.served)
+                    ):
                         answer = _served(
                             self,
                             index,
@@ -312,11 +302,21 @@ def search_cache_replacement(original: Any, gate: Any) -> Any:
                         )
                         if answer is not None:
                             return answer
-            except Exception:
-                _surprise()
-            return original(self, custom_op, runners, input_shapes, tuning_config, inputs)
+                except Exception:
+                    _surprise()
+                return original(self, custom_op, runners, input_shapes, tuning_config, inputs)
+            return _general(
+                self, original, gate, custom_op, runners, input_shapes, tuning_config, inputs, {}
+            )
+        kwargs = {}
+        if require_profiling_policy is not _UNSET:
+            kwargs["require_profiling_policy"] = require_profiling_policy
+        if validation_profile is not _UNSET:
+            kwargs["validation_profile"] = validation_profile
+        if index is None:
+            return original(self, custom_op, runners, input_shapes, tuning_config, inputs, **kwargs)
         return _general(
-            self, original, gate, custom_op, runners, input_shapes, tuning_config, inputs, {}
+            self, original, gate, custom_op, runners, input_shapes, tuning_config, inputs, kwargs
         )
 
     if _lean_signature(original):
