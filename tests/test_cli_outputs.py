@@ -208,7 +208,7 @@ def test_a_directory_that_vanishes_is_one_line(tmp_path, cache):
     script = (
         "import shutil, sys\n"
         "from pathlib import Path\n"
-        "from fi_patches.pins import record\n"
+        "from fi_patches.tools import record\n"
         "real = Path.glob\n"
         "def vanish(self, pattern):\n"
         "    shutil.rmtree(self, ignore_errors=True)\n"

@@ -18,7 +18,7 @@ from fi_patches.chain.plan import Plan
 from fi_patches.chain.provenance import BucketResult, settings_json, summary
 from fi_patches.chain.spec import ChainSpec
 from fi_patches.pins.table import PinTable
-from fi_patches.pins.toml_writer import dumps
+from fi_patches.tools.record import dumps
 
 PROVENANCE_FORMAT = "fi_patches.chain.provenance/1"
 

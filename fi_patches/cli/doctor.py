@@ -64,9 +64,9 @@ def run(args: argparse.Namespace) -> int:
 
 def _pinned_ops() -> list[Any]:
     """The default table's ``[[pin]]`` entries per op, as ``pins check`` judges them here."""
-    from fi_patches.pins.check import pins_per_op
     from fi_patches.pins.default import default_pins
     from fi_patches.pins.errors import PinTableError
+    from fi_patches.tools.check import pins_per_op
 
     try:
         return pins_per_op(default_pins())

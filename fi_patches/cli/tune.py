@@ -225,7 +225,7 @@ def _tune(
 
 def _checked(table: Any) -> bool:
     """``pins check``'s verdict on the new table: False (printed) if an entry is invalid."""
-    from fi_patches.pins.check import INVALID, check_entries
+    from fi_patches.tools.check import INVALID, check_entries
 
     meta_problem, results = check_entries(table)
     bad = [r for r in results if r.state == INVALID]
