@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fi_patches.chain.output import sidecar_path
+from fi_patches.chain.plan import sidecar_path
 from tests.chain_helpers import cpu_only
 
 pytestmark = pytest.mark.release_independent  # output paths are checked before FlashInfer is asked

@@ -60,9 +60,8 @@ def _command(args: argparse.Namespace) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from fi_patches._atomic import OutputError, check_output, overwrites_input
-    from fi_patches.chain.errors import ChainError
-    from fi_patches.chain.output import sidecar_path
-    from fi_patches.chain.spec import ChainSpec, chain_path
+    from fi_patches.chain.plan import sidecar_path
+    from fi_patches.chain.spec import ChainError, ChainSpec, chain_path
     from fi_patches.pins.default import default_pins
     from fi_patches.pins.errors import PinTableError
     from fi_patches.pins.files import PIN_SUFFIXES
@@ -128,14 +127,14 @@ def _without_flashinfer() -> str | None:
 
 def _timer(args: argparse.Namespace, spec: Any) -> tuple[Any, str, str]:
     """The timer, the device arch measured on and the FlashInfer version."""
-    from fi_patches.chain.replay import RecordingTimer, ReplayTimer
+    from fi_patches.chain.timing import RecordingTimer, ReplayTimer
     from fi_patches.compat.device import arch_error, normalize_arch
 
     if args.timings:
         replay = ReplayTimer(args.timings)
         arch = normalize_arch(replay.device)
         if arch is None:
-            from fi_patches.chain.errors import ReplayError
+            from fi_patches.chain.spec import ReplayError
 
             raise ReplayError(f"{args.timings}: device = {arch_error(replay.device)}")
         timer: Any = replay
@@ -173,7 +172,7 @@ def _tune(
     args: argparse.Namespace, spec: Any, current: Any, timer: Any, device: str, version: str
 ) -> int:
     from fi_patches._atomic import write_all
-    from fi_patches.chain import output
+    from fi_patches.chain import plan as output
     from fi_patches.chain.plan import build_plan, check_tuner_buckets
     from fi_patches.chain.select import tune
     from fi_patches.cli.progress import progress

@@ -35,10 +35,8 @@ def register(commands: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from fi_patches._atomic import OutputError, check_output, overwrites_input, write_all
-    from fi_patches.chain.errors import ChainError
-    from fi_patches.chain.report import NOT_RUN
-    from fi_patches.chain.spec import ChainSpec, chain_path
-    from fi_patches.chain.validate import validate
+    from fi_patches.chain.spec import ChainError, ChainSpec, chain_path
+    from fi_patches.chain.validate import NOT_RUN, validate
     from fi_patches.pins.default import default_pins
     from fi_patches.pins.errors import PinTableError
     from fi_patches.pins.table import PinTable
