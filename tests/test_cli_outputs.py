@@ -349,9 +349,13 @@ def test_help_names_the_program_as_invoked_in_plain_text(tmp_path):
     """``fi-patches --help`` says ``usage: fi-patches``, ``python -m fi_patches --help`` says
     that; neither, nor ``fi-patches-run --help``, shows reStructuredText's double backticks."""
     scripts = {}
-    for name, entry in (("fi-patches", "fi_patches.cli"), ("fi-patches-run", "fi_patches.cli.run")):
+    entries = (
+        ("fi-patches", "fi_patches.cli", "main"),
+        ("fi-patches-run", "fi_patches.cli.install", "run_main"),
+    )
+    for name, module, function in entries:
         script = tmp_path / name  # what the console-script entry point does
-        script.write_text(f"import sys\nfrom {entry} import main\nsys.exit(main())\n")
+        script.write_text(f"import sys\nfrom {module} import {function}\nsys.exit({function}())\n")
         scripts[name] = script
     for args, usage in (
         ([str(scripts["fi-patches"]), "--help"], "usage: fi-patches "),

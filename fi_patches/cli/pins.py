@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fi_patches.cli.table import render
+from fi_patches.cli.console import render
 
 
 def register(commands: Any) -> None:
