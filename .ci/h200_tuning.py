@@ -157,7 +157,7 @@ def _run(args: list[str], log: Path, timeout: float) -> tuple[int, float]:
 
 
 def _winners(path: Path) -> dict[str, tuple[str, Any]]:
-    from fi_patches.pins.record import read_cache
+    from fi_patches.tools.record import read_cache
 
     if not path.exists():
         return {}

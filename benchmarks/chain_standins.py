@@ -34,7 +34,7 @@ from fi_patches.chain.ops import RunnerOp
 from fi_patches.chain.select import Slot, measure, tune
 from fi_patches.chain.spec import Bucket, Settings
 from fi_patches.chain.timing import CudaGraphTimer, Trial, chain_position
-from fi_patches.cli.table import render as table
+from fi_patches.cli.console import render as table
 
 SHAPES = (("a", 2048, 2048), ("b", 3072, 1536), ("c", 2048, 2304))
 """(name, N, K): bf16 weights of 8.4, 9.4 and 9.4 MB."""

@@ -35,7 +35,7 @@ def main() -> int:
     import fi_patches
     from fi_patches.compat import refresh, status_of
     from fi_patches.pinning.validate import mxfp8_bucket_of
-    from fi_patches.pins.record import from_tuner, to_table
+    from fi_patches.tools.record import from_tuner, to_table
     from tests.mxfp8_inputs import Mxfp8Problem
 
     refresh()

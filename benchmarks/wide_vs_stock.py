@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 
-from fi_patches.cli.table import render as table
+from fi_patches.cli.console import render as table
 
 DEFAULT_CHAIN = ((7168, 1536), (1536, 7168), (7168, 2048))
 """DeepSeek-like (N, K) projections, run back to back: 7168x1536 -> 1536x7168 -> 7168x2048."""

@@ -14,10 +14,9 @@ from typing import Any
 import pytest
 
 from fi_patches.chain.ops import RunnerOp
-from fi_patches.chain.replay import RecordingTimer
 from fi_patches.chain.select import Slot
 from fi_patches.chain.spec import Bucket
-from fi_patches.chain.timing import Trial
+from fi_patches.chain.timing import RecordingTimer, Trial
 
 
 def _torch_has_cuda() -> bool:

@@ -197,7 +197,7 @@ def installed_python(tmp_path_factory) -> Path:
     if install.returncode != 0:
         pytest.fail(f"installing the wheel failed:\n{install.stderr[-3000:]}")
     (venv / "bin" / "fi-patches-run").write_text(
-        f"#!{python}\nimport sys\nfrom fi_patches.cli.run import main\nsys.exit(main())\n"
+        f"#!{python}\nimport sys\nfrom fi_patches.cli.install import run_main\nsys.exit(run_main())\n"
     )
     (venv / "bin" / "fi-patches-run").chmod(0o755)
     assert (site_dir / "fi_patches_auto.pth").is_file()

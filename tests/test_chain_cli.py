@@ -11,11 +11,11 @@ import json
 import pytest
 
 from fi_patches.chain.plan import build_plan
-from fi_patches.chain.replay import RecordingTimer
 from fi_patches.chain.select import tune
 from fi_patches.chain.spec import ChainSpec
+from fi_patches.chain.timing import RecordingTimer
 from fi_patches.cli import main
-from fi_patches.cli.progress import PlainCounter, progress
+from fi_patches.cli.console import PlainCounter, progress
 from fi_patches.pins.table import PinTable
 from tests.chain_helpers import CostTimer, cpu_only, save
 from tests.conftest import flashinfer_or_skip

@@ -7,11 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fi_patches.chain.errors import ChainSpecError
-from fi_patches.chain.mxfp8_ops import mxfp8_op
+from fi_patches.chain.ops import mxfp8_op
 from fi_patches.chain.plan import build_plan, check_tuner_buckets
 from fi_patches.chain.select import candidates_for
-from fi_patches.chain.spec import Bucket, ChainSpec
+from fi_patches.chain.spec import Bucket, ChainSpec, ChainSpecError
 from fi_patches.chain.timing import Trial, chain_position, run_chain
 from fi_patches.pins.table import PinTable
 from fi_patches.wide.tactics import wide_tactics

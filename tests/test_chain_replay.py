@@ -6,11 +6,9 @@ import json
 
 import pytest
 
-from fi_patches.chain.errors import ReplayError
-from fi_patches.chain.replay import FORMAT, RecordingTimer, ReplayTimer
 from fi_patches.chain.select import tune
-from fi_patches.chain.spec import Settings
-from fi_patches.chain.timing import Trial
+from fi_patches.chain.spec import ReplayError, Settings
+from fi_patches.chain.timing import FORMAT, RecordingTimer, ReplayTimer, Trial
 from tests.chain_helpers import CostTimer, additive, bucket, op, save, slots
 
 # Nothing here depends on the installed FlashInfer release (see pyproject.toml).

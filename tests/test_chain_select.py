@@ -7,10 +7,16 @@ import logging
 
 import pytest
 
-from fi_patches.chain.errors import TuneError
-from fi_patches.chain.provenance import CURRENT_PIN, ENUMERATOR_ORDER, FASTEST, Stats
-from fi_patches.chain.select import candidates_for, choose, tune
-from fi_patches.chain.spec import Settings
+from fi_patches.chain.select import (
+    CURRENT_PIN,
+    ENUMERATOR_ORDER,
+    FASTEST,
+    Stats,
+    candidates_for,
+    choose,
+    tune,
+)
+from fi_patches.chain.spec import Settings, TuneError
 from tests.chain_helpers import CostTimer, additive, bucket, op, slots
 
 # Nothing here depends on the installed FlashInfer release (see pyproject.toml).

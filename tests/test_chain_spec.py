@@ -7,9 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from fi_patches.chain.errors import ChainSpecError
-from fi_patches.chain.routes import section_for
-from fi_patches.chain.spec import ChainSpec, Settings, chain_path, shipped_examples
+from fi_patches.chain.spec import (
+    ChainSpec,
+    ChainSpecError,
+    Settings,
+    chain_path,
+    section_for,
+    shipped_examples,
+)
 
 # Nothing here depends on the installed FlashInfer release (see pyproject.toml).
 pytestmark = pytest.mark.release_independent

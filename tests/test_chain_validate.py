@@ -8,9 +8,15 @@ import json
 import pytest
 import torch
 
-from fi_patches.chain.operands import mismatch, mxfp8_operand, reference_product
-from fi_patches.chain.report import FAILED, NOT_RUN
-from fi_patches.chain.validate import _pin_checks, blackwell_reason, validate, wide_rows
+from fi_patches.chain.ops import mismatch, mxfp8_operand, reference_product
+from fi_patches.chain.validate import (
+    FAILED,
+    NOT_RUN,
+    _pin_checks,
+    blackwell_reason,
+    validate,
+    wide_rows,
+)
 from fi_patches.cli import main
 from fi_patches.pins.table import PinTable
 from tests.chain_helpers import cpu_only

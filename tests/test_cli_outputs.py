@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from fi_patches.chain.output import sidecar_path
+from fi_patches.chain.plan import sidecar_path
 from tests.chain_helpers import cpu_only
 
 pytestmark = pytest.mark.release_independent  # output paths are checked before FlashInfer is asked
@@ -208,7 +208,7 @@ def test_a_directory_that_vanishes_is_one_line(tmp_path, cache):
     script = (
         "import shutil, sys\n"
         "from pathlib import Path\n"
-        "from fi_patches.pins import record\n"
+        "from fi_patches.tools import record\n"
         "real = Path.glob\n"
         "def vanish(self, pattern):\n"
         "    shutil.rmtree(self, ignore_errors=True)\n"
@@ -349,9 +349,13 @@ def test_help_names_the_program_as_invoked_in_plain_text(tmp_path):
     """``fi-patches --help`` says ``usage: fi-patches``, ``python -m fi_patches --help`` says
     that; neither, nor ``fi-patches-run --help``, shows reStructuredText's double backticks."""
     scripts = {}
-    for name, entry in (("fi-patches", "fi_patches.cli"), ("fi-patches-run", "fi_patches.cli.run")):
+    entries = (
+        ("fi-patches", "fi_patches.cli", "main"),
+        ("fi-patches-run", "fi_patches.cli.install", "run_main"),
+    )
+    for name, module, function in entries:
         script = tmp_path / name  # what the console-script entry point does
-        script.write_text(f"import sys\nfrom {entry} import main\nsys.exit(main())\n")
+        script.write_text(f"import sys\nfrom {module} import {function}\nsys.exit({function}())\n")
         scripts[name] = script
     for args, usage in (
         ([str(scripts["fi-patches"]), "--help"], "usage: fi-patches "),

@@ -15,7 +15,7 @@ import pytest
 
 import fi_patches
 from fi_patches.pins import PinTable, PinTableError
-from fi_patches.pins.record import read_cache, to_table
+from fi_patches.tools.record import read_cache, to_table
 from tests import toy_op
 from tests.conftest import flashinfer_or_skip, require_feature
 

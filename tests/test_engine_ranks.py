@@ -50,7 +50,7 @@ report(result)
 def _lockfile(path: Path, tactic: int) -> str:
     """A lockfile pinning the toy op's split runner to ``tactic`` for every key the ranks tune."""
     from fi_patches.pins import PinTable
-    from fi_patches.pins.toml_writer import dumps
+    from fi_patches.tools.record import dumps
 
     entries = [
         {

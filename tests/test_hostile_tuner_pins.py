@@ -18,10 +18,9 @@ from hypothesis import strategies as st
 from fi_patches.pinning.index import merge
 from fi_patches.pins import PinTable, PinTableError
 from fi_patches.pins.keys import TunerKey, as_tactic, parse_file_key
-from fi_patches.pins.merge import merge as merge_caches
-from fi_patches.pins.record import Tuned, TunerCacheError, from_v1_file
-from fi_patches.pins.toml_writer import dumps
 from fi_patches.pins.tuner_pin import runner_overlaps
+from fi_patches.tools.merge import merge as merge_caches
+from fi_patches.tools.record import Tuned, TunerCacheError, dumps, from_v1_file
 
 pytestmark = pytest.mark.release_independent  # files and the index alone: no FlashInfer call
 

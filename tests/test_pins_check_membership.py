@@ -13,7 +13,7 @@ import pytest
 
 from fi_patches.cli import main
 from fi_patches.pins import PinTable
-from fi_patches.pins.check import INVALID, OK, UNCHECKED, check_entries, pins_per_op
+from fi_patches.tools.check import INVALID, OK, UNCHECKED, check_entries, pins_per_op
 from tests import toy_op
 from tests.conftest import require_release_supports
 

@@ -10,7 +10,7 @@ import torch
 import fi_patches
 from fi_patches.cli import main
 from fi_patches.pins import PinTable
-from fi_patches.pins.record import from_tuner, parse_file_key, read_cache, to_table
+from fi_patches.tools.record import from_tuner, parse_file_key, read_cache, to_table
 from tests import cutedsl, lowlat
 from tests.conftest import require_release_supports
 from tests.mxfp8_inputs import Mxfp8Problem
@@ -121,7 +121,7 @@ def test_a_v2_store_records_like_a_v1_file(both, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     entries, metadata = read_cache(root)
     assert metadata.get("flashinfer_version") == flashinfer.__version__
-    from fi_patches.pins.record import section_of
+    from fi_patches.tools.record import section_of
 
     keys = [section_of(e.key) for e in entries]
     assert {(e.runner, k.n, k.k) for e, k in zip(entries, keys, strict=True) if k} == {
@@ -206,7 +206,7 @@ def test_check_of_a_lockfile_finds_runners_and_ops_and_leaves_tactics_to_the_tun
     the factory-built class exists in this process, so ``pins check`` says unchecked (exit 3)
     with that reason, and doctor still counts the entry as applied."""
     require_release_supports("pinned_ops")
-    from fi_patches.pins.check import pins_per_op
+    from fi_patches.tools.check import pins_per_op
 
     body = (
         "[meta]\ndevice = '*'\nflashinfer = '>=0.7'\n"

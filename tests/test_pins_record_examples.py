@@ -9,9 +9,9 @@ import pytest
 
 from fi_patches.cli import main
 from fi_patches.examples import ROOT
-from fi_patches.pins.record import is_fallback, read_cache
 from fi_patches.pins.schema import TEXT_MAX
 from fi_patches.pins.table import PinTable
+from fi_patches.tools.record import is_fallback, read_cache
 
 pytestmark = pytest.mark.release_independent  # the examples are FlashInfer 0.7.4's output
 

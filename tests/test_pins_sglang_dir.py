@@ -13,7 +13,7 @@ import pytest
 
 from fi_patches.cli import main
 from fi_patches.pins import PinTable
-from fi_patches.pins.record import read_cache
+from fi_patches.tools.record import read_cache
 from tests import toy_op
 from tests.conftest import flashinfer_or_skip, require_feature
 

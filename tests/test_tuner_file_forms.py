@@ -16,7 +16,7 @@ import pytest
 
 from fi_patches.compat.installed import installed_flashinfer
 from fi_patches.internals import tuner as fi_tuner
-from fi_patches.pins.record import from_v1_file, from_v2_store
+from fi_patches.tools.record import from_v1_file, from_v2_store
 from tests.conftest import require_release_supports
 from tests.drift.cases import all_cases
 from tests.fake_flashinfer import run_python

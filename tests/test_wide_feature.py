@@ -140,7 +140,7 @@ def test_a_tuned_wide_cache_records_as_wide_pins(wide, simulated, tuner, tmp_pat
     from flashinfer.gemm import gemm_base
 
     from fi_patches.pinning.validate import mxfp8_bucket_of
-    from fi_patches.pins.record import read_cache, to_table
+    from fi_patches.tools.record import read_cache, to_table
 
     pins = table(pin_entry(16, wide_tactics(N, K, 16)[1]), pin_entry(32, wide_tactics(N, K, 32)[3]))
     config = gemm_base._MM_MXFP8_CUTE_DSL_TUNING_CONFIG

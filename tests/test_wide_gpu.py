@@ -1,5 +1,5 @@
 """``wide_mm`` on an sm_100/sm_103 GPU against a float64 reference computed from the dequantized
-inputs (skipped, with the reason, anywhere else). The check is ``fi_patches.chain.numerics``,
+inputs (skipped, with the reason, anywhere else). The check is ``fi_patches.chain.ops``,
 which ``python -m fi_patches validate`` runs per pin."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ def gpu() -> Any:
 
 
 def _check(torch: Any, rows: int, n: int, k: int, **kwargs: Any) -> None:
-    from fi_patches.chain.numerics import wide_mismatch
+    from fi_patches.chain.ops import wide_mismatch
 
     problem = wide_mismatch(n, k, rows, **kwargs)
     assert problem is None, f"rows={rows} n={n} k={k} {kwargs}: {problem}"

@@ -55,8 +55,8 @@ def cutlass_dtypes(dtypes: Any) -> tuple[Any, ...]:
 
 def mxfp8_operand(torch: Any, rows: int, k: int, seed: int) -> tuple[Any, Any, Any]:
     """E4M3 values (exact quarter-integers), E8M0 scales in the standard swizzled layout, and
-    the dequantized float64 matrix (``fi_patches.chain.operands``, which ``validate`` ships)."""
+    the dequantized float64 matrix (``fi_patches.chain.ops``, which ``validate`` ships)."""
     low_latency_or_skip()
-    from fi_patches.chain.operands import mxfp8_operand as build
+    from fi_patches.chain.ops import mxfp8_operand as build
 
     return build(torch, rows, k, seed)

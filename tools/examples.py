@@ -108,9 +108,9 @@ def child(what: str, out: str) -> None:
     elif what == "deepseek_v3_tp4.timings.json":
         import fi_patches
         from fi_patches.chain.plan import build_plan
-        from fi_patches.chain.replay import RecordingTimer
         from fi_patches.chain.select import tune
         from fi_patches.chain.spec import ChainSpec, chain_path
+        from fi_patches.chain.timing import RecordingTimer
         from fi_patches.pinning import stack
         from tests.chain_helpers import CostTimer
 

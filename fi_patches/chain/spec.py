@@ -2,6 +2,12 @@
 
 Every problem names the file, the entry, the field and its value; a file with any problem is
 used not at all. Parsing needs neither torch nor FlashInfer.
+
+The errors ``fi_patches.chain`` raises: a bad CHAIN.toml, a chain that cannot be tuned here,
+and recorded measurements that do not cover what the selection asks for.
+
+Which runner serves which rows for an op of a chain (:func:`check_routes` checks
+with it that every bucket is served by one runner, and for wide tiles one tile, for every op).
 """
 
 from __future__ import annotations
@@ -14,16 +20,57 @@ from pathlib import Path
 from typing import Any
 
 from fi_patches._limits import LOW_LATENCY_MAX_ROWS, WIDE_MAX_ROWS
-from fi_patches.chain.errors import ChainSpecError
-from fi_patches.chain.routes import section_for
 from fi_patches.pins.errors import LEFT_OUT, PinProblem, PinTableError
 from fi_patches.pins.fields import FieldReader
 from fi_patches.pins.files import read_data_file
-from fi_patches.wide.tactics import pick_tile
+from fi_patches.wide.tactics import WIDE_MIN_ROWS, pick_tile
+
+
+class ChainError(ValueError):
+    """Base class of every error ``fi_patches.chain`` raises on purpose."""
+
+
+class ChainSpecError(ChainError):
+    """A CHAIN.toml that cannot be used; ``problems`` lists everything wrong with it, each
+    naming the file, the entry, the field and its value."""
+
+    def __init__(self, problems: list[PinProblem]) -> None:
+        self.problems = list(problems)
+        lines = [str(p) for p in self.problems]
+        head = "invalid chain" if len(lines) == 1 else f"invalid chain ({len(lines)} problems)"
+        super().__init__(head + ":\n  " + "\n  ".join(lines))
+
+
+class TuneError(ChainError):
+    """The chain cannot be tuned as asked (an op offers no tactic, a timer cannot run here)."""
+
+
+class ReplayError(TuneError):
+    """A recorded-measurements file is unreadable or lacks a measurement the selection needs."""
+
+
+class UpstreamError(ChainError):
+    """A FlashInfer internal the chain adapters need is missing or changed (the reason says
+    which)."""
+
+
+def section_for(runner: str, rows: int) -> str | None:
+    """The pin-table section serving ``rows`` rows for an op of ``runner``; None when that
+    runner does not serve so many rows."""
+    if runner == "mxfp8":
+        if rows <= LOW_LATENCY_MAX_ROWS:
+            return "low_latency"
+        return "wide" if rows <= WIDE_MAX_ROWS else "cute_dsl"
+    if runner == "low_latency":
+        return runner if rows <= LOW_LATENCY_MAX_ROWS else None
+    if runner == "wide":
+        return runner if WIDE_MIN_ROWS <= rows <= WIDE_MAX_ROWS else None
+    return runner
+
 
 RUNNERS = ("low_latency", "wide", "cute_dsl", "mxfp8")
 """Runner names an op may give: one of the three pinnable runners, or ``mxfp8`` for the route
-``fi_patches.mxfp8.mm`` takes by rows (see :func:`fi_patches.chain.routes.section_for`)."""
+``fi_patches.mxfp8.mm`` takes by rows (see :func:`fi_patches.chain.spec.section_for`)."""
 
 MAX_DIM = 1 << 20
 MAX_ROWS = 1 << 16

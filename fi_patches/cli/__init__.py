@@ -8,7 +8,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from fi_patches.cli import doctor, hook, pins, precompile, tune, validate
+from fi_patches.cli import chain, install, pins
 
 DESCRIPTION = (
     "fi_patches' command line: check this install (doctor), record, compare and check pin "
@@ -28,12 +28,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog=program_name(), description=DESCRIPTION)
     parser.add_argument("-v", "--verbose", action="store_true", help="show fi_patches' log")
     commands = parser.add_subparsers(dest="command", required=True)
-    doctor.register(commands)
-    hook.register(commands)
+    install.register_doctor(commands)
+    install.register_hook(commands)
     pins.register(commands)
-    precompile.register(commands)
-    tune.register(commands)
-    validate.register(commands)
+    install.register_precompile(commands)
+    chain.register_tune(commands)
+    chain.register_validate(commands)
     return parser
 
 

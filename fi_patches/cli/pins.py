@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from fi_patches.cli.table import render
+from fi_patches.cli.console import render
 
 
 def register(commands: Any) -> None:
@@ -115,18 +115,17 @@ def run_record(args: argparse.Namespace) -> int:
     from fi_patches._words import section_counts
     from fi_patches.compat.installed import installed_flashinfer
     from fi_patches.internals import tuner as fi_tuner
-    from fi_patches.pins.diff import bucket_label
     from fi_patches.pins.errors import PinTableError
     from fi_patches.pins.files import PIN_SUFFIXES
-    from fi_patches.pins.merge import merge, provenance, rule_counts, runner_order
-    from fi_patches.pins.record import (
+    from fi_patches.tools.merge import bucket_label, merge, provenance, rule_counts, runner_order
+    from fi_patches.tools.record import (
         TunerCacheError,
+        dumps,
         is_fallback,
         read_cache,
         section_of,
         to_table,
     )
-    from fi_patches.pins.toml_writer import dumps
 
     clash = overwrites_input([("--out", args.out)], [("--from", s) for s in args.sources])
     if clash:
@@ -174,8 +173,8 @@ def run_record(args: argparse.Namespace) -> int:
         )
 
         def where(vote: Any) -> str:
-            from fi_patches.pins.diff import from_entries
             from fi_patches.pins.tuner_pin import SECTION
+            from fi_patches.tools.merge import from_entries
 
             key = next(iter(from_entries([vote.tuned], bucket_of).found))
             if key[0] == SECTION:  # a [[pin]] bucket: its lane, as pins diff labels it
@@ -243,7 +242,7 @@ def _sources(inputs: list[str], device: str | None) -> tuple[list[Any], dict[str
     """The caches ``inputs`` stand for (a vLLM or SGLang directory: its files of the installed
     FlashInfer and ``device``)."""
     from fi_patches.compat.installed import installed_flashinfer
-    from fi_patches.pins.server_caches import expand
+    from fi_patches.tools.server_caches import expand
 
     return expand(inputs, installed_flashinfer().version_text, device)
 
@@ -258,15 +257,15 @@ def _source_text(inputs: list[str], sources: list[Any], described: dict[str, str
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    from fi_patches.pins.diff import (
+    from fi_patches.pins.errors import PinTableError
+    from fi_patches.tools.merge import (
         NeedsBuckets,
         bucket_label,
         cell_text,
         differing,
         read_choices,
     )
-    from fi_patches.pins.errors import PinTableError
-    from fi_patches.pins.record import TunerCacheError
+    from fi_patches.tools.record import TunerCacheError
 
     bucket_of = _bucket_of()
     try:
@@ -293,7 +292,7 @@ def run_diff(args: argparse.Namespace) -> int:
 def _diff_device(requested: str | None) -> str | None:
     """The arch server cache directories are read for: ``--device``, else this machine's, else
     none (then a vLLM or SGLang cache directory is refused with the reason)."""
-    from fi_patches.pins.record import TunerCacheError
+    from fi_patches.tools.record import TunerCacheError
 
     if requested is None:
         from fi_patches.compat.device import current_device
@@ -306,9 +305,9 @@ def _diff_device(requested: str | None) -> str | None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from fi_patches.pins.check import INVALID, OK, UNCHECKED, check_entries, check_meta
     from fi_patches.pins.errors import PinTableError
     from fi_patches.pins.table import PinTable
+    from fi_patches.tools.check import INVALID, OK, UNCHECKED, check_entries, check_meta
 
     try:
         table = PinTable.from_file(args.table)

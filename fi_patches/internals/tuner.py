@@ -8,7 +8,7 @@ The behavioural checks run FlashInfer's own tuner code on a runner of fi_patches
 device, no tensors): a key built by FlashInfer must read back, through
 :mod:`fi_patches.pins.keys`, as the key fi_patches builds for the same call, and a cache
 FlashInfer's own writers write must read back, through the file-form readers below (which
-:mod:`fi_patches.pins.record` reads caches with), to the key and tactic written.
+:mod:`fi_patches.tools.record` reads caches with), to the key and tactic written.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def probe_key() -> tuple[Any, Any]:
 
 def _winners(found: Iterable[tuple[str, Any, Any]]) -> list[tuple[Any, Any]]:
     """``(TunerKey, tactic)`` of each winner a file form yields whose key parses and names its
-    runner, as :mod:`fi_patches.pins.record` reads them."""
+    runner, as :mod:`fi_patches.tools.record` reads them."""
     from fi_patches.pins.keys import as_tactic, parse_file_key
 
     pairs = []
@@ -290,7 +290,7 @@ PROFILING_CACHE = Internal(
     (PRESEED,),
     check=_check_mapping,
 )
-"""The live in-process winners (``fi_patches.pins.record.from_tuner`` reads them; preseed's
+"""The live in-process winners (``fi_patches.tools.record.from_tuner`` reads them; preseed's
 self-check checks that answering a lookup writes nothing there)."""
 
 TUNING_CONFIG_CLASS = Internal(

@@ -1,16 +1,27 @@
-"""``tune``: choose pins by timing each op's tactics in the chain they run in (or alone, with
-``--isolated``), write the pin table and its provenance sidecar."""
+"""The commands over a chain of ops (:mod:`fi_patches.chain`).
+
+``tune``: choose pins by timing each op's tactics in the chain they run in (or alone, with
+``--isolated``), write the pin table and its provenance sidecar.
+
+``validate``: check a pin table on this host's GPU (numerics of every pinned kernel against a
+float64 reference, wide tiles at every row count, a chain's time pinned vs stock-tuned) and
+report in markdown and JSON. Off sm_100/sm_103 every check is reported as not run, and the exit
+code is 3, as it is when any check did not run or there was none, so ``validate && deploy``
+never passes on checks that did not run.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 from typing import Any
 
-from fi_patches.cli.table import render
+from fi_patches.cli.console import render
 
 
-def register(commands: Any) -> None:
+def register_tune(commands: Any) -> None:
     parser = commands.add_parser(
         "tune", help="choose pins by timing tactics in the chain they run in"
     )
@@ -41,7 +52,7 @@ def register(commands: Any) -> None:
         "--pins", help="the current pins, which ties go to (default: the default pin table)"
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    parser.set_defaults(run=run)
+    parser.set_defaults(run=run_tune)
 
 
 def _fail(message: str, code: int) -> int:
@@ -58,11 +69,10 @@ def _command(args: argparse.Namespace) -> str:
     return " ".join(parts)
 
 
-def run(args: argparse.Namespace) -> int:
+def run_tune(args: argparse.Namespace) -> int:
     from fi_patches._atomic import OutputError, check_output, overwrites_input
-    from fi_patches.chain.errors import ChainError
-    from fi_patches.chain.output import sidecar_path
-    from fi_patches.chain.spec import ChainSpec, chain_path
+    from fi_patches.chain.plan import sidecar_path
+    from fi_patches.chain.spec import ChainError, ChainSpec, chain_path
     from fi_patches.pins.default import default_pins
     from fi_patches.pins.errors import PinTableError
     from fi_patches.pins.files import PIN_SUFFIXES
@@ -128,14 +138,14 @@ def _without_flashinfer() -> str | None:
 
 def _timer(args: argparse.Namespace, spec: Any) -> tuple[Any, str, str]:
     """The timer, the device arch measured on and the FlashInfer version."""
-    from fi_patches.chain.replay import RecordingTimer, ReplayTimer
+    from fi_patches.chain.timing import RecordingTimer, ReplayTimer
     from fi_patches.compat.device import arch_error, normalize_arch
 
     if args.timings:
         replay = ReplayTimer(args.timings)
         arch = normalize_arch(replay.device)
         if arch is None:
-            from fi_patches.chain.errors import ReplayError
+            from fi_patches.chain.spec import ReplayError
 
             raise ReplayError(f"{args.timings}: device = {arch_error(replay.device)}")
         timer: Any = replay
@@ -173,10 +183,10 @@ def _tune(
     args: argparse.Namespace, spec: Any, current: Any, timer: Any, device: str, version: str
 ) -> int:
     from fi_patches._atomic import write_all
-    from fi_patches.chain import output
+    from fi_patches.chain import plan as output
     from fi_patches.chain.plan import build_plan, check_tuner_buckets
     from fi_patches.chain.select import tune
-    from fi_patches.cli.progress import progress
+    from fi_patches.cli.console import progress
     from fi_patches.pinning import stack
     from fi_patches.pinning.validate import mxfp8_bucket_of
 
@@ -225,7 +235,7 @@ def _tune(
 
 def _checked(table: Any) -> bool:
     """``pins check``'s verdict on the new table: False (printed) if an entry is invalid."""
-    from fi_patches.pins.check import INVALID, check_entries
+    from fi_patches.tools.check import INVALID, check_entries
 
     meta_problem, results = check_entries(table)
     bad = [r for r in results if r.state == INVALID]
@@ -263,3 +273,71 @@ def _report(results: Any) -> str:
     mode = results[0].mode if results else "chain"
     timed = "chain us" if mode == "chain" else "alone us"
     return render(("rows", "op", "runner", "tactic", timed, "spread", "choice"), rows)
+
+
+def register_validate(commands: Any) -> None:
+    parser = commands.add_parser(
+        "validate",
+        help="check pinned kernels on this GPU (sm_100/sm_103) and report; exit 1 if a check "
+        "failed, 3 if one could not run",
+    )
+    parser.add_argument("--pins", help="the pin table (default: the default pin table)")
+    parser.add_argument(
+        "--chain",
+        help="CHAIN.toml (or a shipped example's name): also time this chain, pinned vs "
+        "stock-tuned, per bucket",
+    )
+    parser.add_argument(
+        "--report",
+        metavar="OUT.md",
+        help="write the markdown report here and the JSON report beside it (OUT.json)",
+    )
+    parser.set_defaults(run=run_validate)
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    from fi_patches._atomic import OutputError, check_output, overwrites_input, write_all
+    from fi_patches.chain.spec import ChainError, ChainSpec, chain_path
+    from fi_patches.chain.validate import NOT_RUN, validate
+    from fi_patches.pins.default import default_pins
+    from fi_patches.pins.errors import PinTableError
+    from fi_patches.pins.table import PinTable
+
+    if args.report:
+        report_json = Path(args.report).with_suffix(".json")
+        clash = overwrites_input(
+            [("--report", args.report), ("the JSON report", report_json)],
+            [("--pins", args.pins), ("--chain", args.chain)],
+        )
+        if clash:
+            print(f"validate: {clash}", file=sys.stderr)
+            return 2
+    try:
+        table = PinTable.from_file(args.pins) if args.pins else default_pins()
+        spec = ChainSpec.from_file(chain_path(args.chain)) if args.chain else None
+    except (ChainError, PinTableError) as exc:
+        print(f"validate: {exc}", file=sys.stderr)
+        return 1
+    if args.report:
+        out = Path(args.report)
+        try:
+            check_output(out, (".md",))
+            check_output(out.with_suffix(".json"))
+        except OutputError as exc:
+            print(f"validate: --report {exc}", file=sys.stderr)
+            return 2
+    report = validate(table, spec)
+    markdown = report.to_markdown()
+    if args.report:
+        data = out.with_suffix(".json")
+        try:
+            write_all([(out, markdown), (data, json.dumps(report.to_json(), indent=1) + "\n")])
+        except OutputError as exc:
+            print(f"validate: --report {exc}", file=sys.stderr)
+            return 2
+        print(f"validate: {report.summary()}; wrote {out} and {data}")
+    else:
+        print(markdown, end="")
+    if report.failed:
+        return 1
+    return 3 if report.count(NOT_RUN) or not report.checks else 0

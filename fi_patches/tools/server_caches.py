@@ -15,7 +15,7 @@ from pathlib import Path
 
 from fi_patches.internals import sglang as layout
 from fi_patches.internals import vllm as vllm_layout
-from fi_patches.pins.record import TunerCacheError, expand_sources
+from fi_patches.tools.record import TunerCacheError, expand_sources
 
 
 @dataclass(frozen=True)
