@@ -69,7 +69,7 @@ def pinned_cute_dsl(device: Device) -> str | None:
     SM count, so this needs the device)."""
     import torch
 
-    from fi_patches.cute_dsl.runner import cute_dsl_runner
+    from fi_patches.cute_dsl import cute_dsl_runner
 
     sm = device.sm_version or 0
     runner = cute_dsl_runner(sm // 10, sm % 10, torch.bfloat16)

@@ -55,7 +55,7 @@ def test_a_nested_cute_dsl_table_may_pin_the_same_rows_to_another_tactic(cute):
 
 @pytest.mark.simulated
 def test_pinned_mm_plans_an_explicit_table_against_the_stock_list(cute):
-    from fi_patches.cute_dsl.pinned_mm import plan
+    from fi_patches.cute_dsl import plan
     from tests.mxfp8_inputs import Mxfp8Problem
 
     first, second = runnable(cutedsl.stock(N, K, 64))[:2]

@@ -44,7 +44,7 @@ class Mxfp8Op(RunnerOp):
         import torch
 
         from fi_patches.chain.operands import mxfp8_operand
-        from fi_patches.cute_dsl.runner import workspace
+        from fi_patches.cute_dsl import workspace
 
         device = (
             torch.device("cuda", torch.cuda.current_device())
@@ -101,7 +101,7 @@ class CuteDslOp(Mxfp8Op):
     silently replaces some split-K and narrow-tile tactics, which a pin must never be."""
 
     def tactics(self, rows: int) -> list[Any]:
-        from fi_patches.cute_dsl.validity import why_not_runnable
+        from fi_patches.cute_dsl import why_not_runnable
 
         inputs = self._listing_inputs(rows)
         return [
@@ -121,7 +121,7 @@ def mxfp8_op(
     if section == "cute_dsl":
         import torch
 
-        from fi_patches.cute_dsl.runner import cute_dsl_runner
+        from fi_patches.cute_dsl import cute_dsl_runner
 
         runner = cute_dsl_runner(sm_version // 10, sm_version % 10, torch.bfloat16)
         return CuteDslOp(name, section, n, k, runner, device)

@@ -14,7 +14,7 @@ from fi_patches.pins.keys import as_tactic
 def operands(torch: Any, n: int, k: int, rows: int) -> tuple[list[Any], Any, Any]:
     """``mm_mxfp8``'s seven runner inputs on the current CUDA device, with the output poisoned
     with NaN, plus ``(out, reference)``."""
-    from fi_patches.cute_dsl.runner import workspace
+    from fi_patches.cute_dsl import workspace
 
     device = torch.device("cuda", torch.cuda.current_device())
     a, a_scale, a_ref = mxfp8_operand(torch, rows, k, seed=rows)
@@ -47,8 +47,7 @@ def cute_dsl_mismatch(n: int, k: int, rows: int, tactic: Any) -> str | None:
     """FlashInfer's cute-dsl runner with ``tactic`` as pinned (never a silent substitute)."""
     import torch
 
-    from fi_patches.cute_dsl.runner import cute_dsl_runner
-    from fi_patches.cute_dsl.validity import why_not_runnable
+    from fi_patches.cute_dsl import cute_dsl_runner, why_not_runnable
 
     major, minor = torch.cuda.get_device_capability()
     runner = cute_dsl_runner(major, minor, torch.bfloat16)

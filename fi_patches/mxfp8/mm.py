@@ -51,7 +51,7 @@ def _flashinfer_and_torch() -> list[Any]:
 
 # Route members as module globals: reading one off the Enum class costs several times more.
 _LOW_LATENCY, _WIDE, _PINNED_CUTE_DSL = Route.LOW_LATENCY, Route.WIDE, Route.PINNED_CUTE_DSL
-_PINNED_MM = "fi_patches.cute_dsl.pinned_mm"
+_PINNED_MM = "fi_patches.cute_dsl"
 
 
 def _module(name: str) -> Any:

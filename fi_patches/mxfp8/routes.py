@@ -104,7 +104,7 @@ def _cute_dsl(
     entry = lookup(tables, "cute_dsl", n, k, rows)
     if entry is None:
         return None, f"no [[cute_dsl]] pin covers n={n} k={k} rows={rows}"
-    from fi_patches.cute_dsl.pinned_mm import plan_with
+    from fi_patches.cute_dsl import plan_with
     from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
 
     planned = plan_with(n, k, rows, out_dtype, mxfp8_runner_inputs(n, k, rows, out_dtype), tables)

@@ -107,8 +107,7 @@ def check_cute_dsl(table: PinTable) -> list[PinProblem]:
     import torch
 
     from fi_patches.compat.device import current_device
-    from fi_patches.cute_dsl.runner import cute_dsl_runner
-    from fi_patches.cute_dsl.validity import why_not_runnable
+    from fi_patches.cute_dsl import cute_dsl_runner, why_not_runnable
     from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
 
     entries = table.entries("cute_dsl")

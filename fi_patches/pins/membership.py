@@ -61,7 +61,7 @@ class Runners:
 
     def _find(self, name: str) -> _Runner:
         from fi_patches.internals import tuner as fi_tuner
-        from fi_patches.patching.subclasses import all_subclasses
+        from fi_patches.patching import all_subclasses
 
         classes = [c for c in all_subclasses(fi_tuner.tunable_runner()) if c.__name__ == name]
         if not classes:

@@ -176,7 +176,7 @@ def runner_order(sm_version: int) -> TieOrder:
         if key.runner == CUTE_DSL_CLASS:
             import torch
 
-            from fi_patches.cute_dsl.runner import cute_dsl_runner
+            from fi_patches.cute_dsl import cute_dsl_runner
             from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
 
             cute = cute_dsl_runner(sm_version // 10, sm_version % 10, torch.bfloat16)

@@ -18,8 +18,7 @@ from typing import Any
 
 from fi_patches._logging import get_logger, log_once
 from fi_patches.internals import tune_group
-from fi_patches.patching import AttributePatch, PatchSet
-from fi_patches.patching.patch import proxied
+from fi_patches.patching import AttributePatch, PatchSet, proxied
 from fi_patches.pinning.installation import Hold, Installation
 from fi_patches.ranks import settings
 

@@ -23,8 +23,7 @@ from typing import Any
 
 from fi_patches._logging import get_logger, log_once
 from fi_patches.internals import tune_group
-from fi_patches.patching import AttributePatch
-from fi_patches.patching.patch import proxied
+from fi_patches.patching import AttributePatch, proxied
 from fi_patches.ranks.exchange import ExchangeTimeout, GroupView, all_gather, group_view
 from fi_patches.ranks.guard import RankMismatchError
 

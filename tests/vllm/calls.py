@@ -33,7 +33,7 @@ _WATCHED: dict[tuple[str, str], Callable[[FrameType], str]] = {
     ),
     # mxfp8.mm's pinned route enters pinned_mm_with (the tables already resolved), a direct
     # caller pinned_mm: either is the pinned cute-dsl route.
-    ("fi_patches.cute_dsl.pinned_mm", "pinned_mm_with"): lambda f: "pinned_mm",
+    ("fi_patches.cute_dsl", "pinned_mm_with"): lambda f: "pinned_mm",
     ("vllm.utils.flashinfer", "_mm_mxfp8"): lambda f: (
         f"vllm mm_mxfp8(backend={f.f_locals.get('backend')!r})"
     ),
