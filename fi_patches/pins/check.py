@@ -135,7 +135,7 @@ def _unreached(section: str, entry: Any) -> str | None:
     own tuner whatever the router does."""
     if section != "wide":
         return None
-    from fi_patches.mxfp8.routes import unreached_wide_tile
+    from fi_patches.mxfp8 import unreached_wide_tile
 
     return unreached_wide_tile(entry.tile)
 
