@@ -232,13 +232,10 @@ def forget() -> None:
     bump()
 
 
-_scope_of = stack._scope.get
-
-
 def _wide_kernel(choice: Choice) -> Any:
     kernel = choice.state.get("kernel")
     if kernel is None:
-        from fi_patches.wide.compile import compile_wide
+        from fi_patches.wide.kernel import compile_wide
 
         kernel = choice.state["kernel"] = compile_wide(choice.tile, choice.tactic)  # type: ignore[arg-type]
     return kernel

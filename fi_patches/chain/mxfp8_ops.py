@@ -126,7 +126,7 @@ def mxfp8_op(
         runner = cute_dsl_runner(sm_version // 10, sm_version % 10, torch.bfloat16)
         return CuteDslOp(name, section, n, k, runner, device)
     if section == "wide":
-        from fi_patches.wide.runner import wide_runner
+        from fi_patches.wide.launch import wide_runner
 
         return Mxfp8Op(name, section, n, k, wide_runner(), device)
     raise ValueError(f"no MXFP8 runner for section {section!r}")

@@ -32,7 +32,7 @@ from typing import Any
 from fi_patches.internals import flashinfer as fi
 from fi_patches.pins.keys import TunerKey, as_tactic, tactic_text
 from fi_patches.pins.record import Decision, Tuned, decision_of, runners_apart, section_of
-from fi_patches.wide.runner import CLASS_NAME as WIDE_CLASS
+from fi_patches.wide.launch import CLASS_NAME as WIDE_CLASS
 
 LOW_LATENCY_CLASS = fi.LOW_LATENCY_RUNNER.builds
 CUTE_DSL_CLASS = fi.CUTE_DSL_RUNNER.builds
