@@ -112,9 +112,8 @@ def main() -> int:
     import flashinfer
 
     from fi_patches.compat import refresh, status_of
-    from fi_patches.cute_dsl.pinned_mm import pinned_mm
-    from fi_patches.mxfp8 import Route, explain, mm
-    from fi_patches.mxfp8.mm import _wide_kernel
+    from fi_patches.cute_dsl import pinned_mm
+    from fi_patches.mxfp8 import Route, _wide_kernel, explain, mm
     from fi_patches.pins import PinTable
     from fi_patches.wide.launch import launch_wide
     from fi_patches.wide.tactics import wide_tactics

@@ -44,7 +44,7 @@ def rank_main(rank: int, world: int, init: str, rounds: int) -> None:
 
     import fi_patches
     import fi_patches.auto  # pins on, as a serving rank runs
-    from fi_patches.ranks.fingerprint import local_fingerprint
+    from fi_patches.ranks.guard import local_fingerprint
 
     dist.init_process_group(
         "gloo",

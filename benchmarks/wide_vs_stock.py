@@ -29,8 +29,8 @@ FLUSH_BYTES = 512 << 20
 
 def compile_times(arch: str) -> None:
     """Compile each tile's default tactic (and a split-K one) in this process, timing each."""
-    from fi_patches.wide.compile import compile_wide
-    from fi_patches.wide.resources import launch_dynamic_smem
+    from fi_patches.tools.wide_resources import launch_dynamic_smem
+    from fi_patches.wide.kernel import compile_wide
     from fi_patches.wide.tactics import default_tactic
 
     start = time.perf_counter()
@@ -220,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from fi_patches.wide.arch import WideArchError, resolve_arch
+    from fi_patches.wide.budget import WideArchError, resolve_arch
 
     try:
         arch = resolve_arch(args.arch)

@@ -69,7 +69,7 @@ def pinned_cute_dsl(device: Device) -> str | None:
     SM count, so this needs the device)."""
     import torch
 
-    from fi_patches.cute_dsl.runner import cute_dsl_runner
+    from fi_patches.cute_dsl import cute_dsl_runner
 
     sm = device.sm_version or 0
     runner = cute_dsl_runner(sm // 10, sm % 10, torch.bfloat16)
@@ -111,10 +111,8 @@ def wide_tile(device: Device) -> str | None:
 def wide_tile_compiled(device: Device) -> str | None:
     """FlashInfer's kernel class, subclassed, compiles a 16-row tile for the device, and its PTX
     issues the MMA with N = 16 and keeps the PDL ordering (cached: a compile)."""
-    from fi_patches.wide.compile import compile_wide
-    from fi_patches.wide.idesc import descriptors
-    from fi_patches.wide.pdl import pdl_order
-    from fi_patches.wide.ptx import parse_entry
+    from fi_patches.tools.wide_ptx import descriptors, parse_entry, pdl_order
+    from fi_patches.wide.kernel import compile_wide
     from fi_patches.wide.tactics import wide_tactics
 
     arch = f"{device.arch}a"

@@ -14,7 +14,7 @@ CLASS = "CuteDSLMxfp8GemmRunner"
 
 
 def runner() -> Any:
-    from fi_patches.cute_dsl.runner import cute_dsl_runner
+    from fi_patches.cute_dsl import cute_dsl_runner
 
     return cute_dsl_runner(10, 3, torch.bfloat16)
 

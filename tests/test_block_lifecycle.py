@@ -135,7 +135,8 @@ def test_route_memos_do_not_grow_with_the_blocks_entered(pins, simulated):
     """2,000 blocks, as a server opening one per request would, each routing ``explain`` and
     ``mm`` calls (``mm`` up to its launch, which fails on CPU): no scope and no memo row
     outlives its block."""
-    from fi_patches.mxfp8 import mm, routes
+    from fi_patches import mxfp8 as routes
+    from fi_patches.mxfp8 import mm
     from tests.mxfp8_inputs import Mxfp8Problem
 
     first, _ = pins
@@ -196,7 +197,7 @@ def test_a_class_wrapped_again_gets_its_wrapper_back_and_its_original_after(pinn
 def test_route_memos_are_bounded_for_ever_new_tables(pins, sm103):
     """A long-lived context handed a new table on every call keeps at most ``MEMO_MAX`` routes,
     and not the tables of the routes it let go."""
-    from fi_patches.mxfp8 import routes
+    from fi_patches import mxfp8 as routes
     from fi_patches.pinning import resolve
     from fi_patches.pinning.index import MEMO_MAX
     from fi_patches.pins import PinTable

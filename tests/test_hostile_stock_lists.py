@@ -55,7 +55,7 @@ def test_a_nested_cute_dsl_table_may_pin_the_same_rows_to_another_tactic(cute):
 
 @pytest.mark.simulated
 def test_pinned_mm_plans_an_explicit_table_against_the_stock_list(cute):
-    from fi_patches.cute_dsl.pinned_mm import plan
+    from fi_patches.cute_dsl import plan
     from tests.mxfp8_inputs import Mxfp8Problem
 
     first, second = runnable(cutedsl.stock(N, K, 64))[:2]
@@ -86,7 +86,7 @@ def test_validation_inside_a_block_checks_every_section_against_stock(both):
     and the wide runner's outside any block): accepted, and then applied. ([[pin]] entries are
     checked by runner and op name only, against no list.)"""
     require_feature("wide_tile")
-    from fi_patches.wide.runner import wide_runner
+    from fi_patches.wide.launch import wide_runner
     from tests.mxfp8_inputs import Mxfp8Problem
 
     def wide_offered() -> list:  # a [[wide]] tactic is the runner's without its leading tile

@@ -163,7 +163,7 @@ def test_bf16_input_is_quantized_by_flashinfer(table, monkeypatch):
 @pytest.mark.gpu
 def test_mm_matches_a_float32_reference_on_blackwell():
     torch_ = blackwell_or_skip()
-    from fi_patches.cute_dsl.runner import cute_dsl_runner
+    from fi_patches.cute_dsl import cute_dsl_runner
     from fi_patches.pins.keys import as_tactic as nested_tuple
 
     refresh()

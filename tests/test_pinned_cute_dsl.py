@@ -10,8 +10,7 @@ import torch
 
 import fi_patches
 from fi_patches.compat import refresh
-from fi_patches.cute_dsl import pinned_mm
-from fi_patches.cute_dsl.runner import workspace, workspace_helper
+from fi_patches.cute_dsl import pinned_mm, workspace, workspace_helper
 from fi_patches.pins import PinTableError
 from tests import cutedsl
 from tests.conftest import require_feature

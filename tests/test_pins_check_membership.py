@@ -116,7 +116,7 @@ def _flashinfer_module_level_pin() -> dict[str, Any]:
 
     from fi_patches.internals import tuner as fi_tuner
     from fi_patches.internals.catalog import catalog
-    from fi_patches.patching.subclasses import all_subclasses
+    from fi_patches.patching import all_subclasses
 
     found = catalog()
     if found is not None and "CakeStepFunRunner" in found.defined:

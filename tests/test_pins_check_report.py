@@ -8,7 +8,7 @@ import pytest
 
 from fi_patches._untrusted import value_text
 from fi_patches.cli import main
-from fi_patches.mxfp8.routes import wide_tiles_served
+from fi_patches.mxfp8 import wide_tiles_served
 from fi_patches.pins.errors import PinProblem
 
 TABLE = """

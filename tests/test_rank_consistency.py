@@ -22,7 +22,7 @@ import pytest, torch
 from tests import simulation
 simulation.install(pytest.MonkeyPatch())  # SIMULATION: sm_103 device properties on CPU
 import fi_patches
-from fi_patches.cute_dsl.runner import cute_dsl_runner
+from fi_patches.cute_dsl import cute_dsl_runner
 from flashinfer.gemm import gemm_base
 from tests.mxfp8_inputs import Mxfp8Problem
 ll = gemm_base._cutedsl_low_latency_blockscaled_gemm_runner(103, True)

@@ -15,8 +15,13 @@ import pytest
 
 import fi_patches
 from fi_patches.ranks.exchange import ExchangeTimeout, GroupView, all_gather
-from fi_patches.ranks.fingerprint import ABSENT, Fingerprint, differences, local_fingerprint
-from fi_patches.ranks.guard import mismatch_message
+from fi_patches.ranks.guard import (
+    ABSENT,
+    Fingerprint,
+    differences,
+    local_fingerprint,
+    mismatch_message,
+)
 from fi_patches.ranks.settings import automatic_mode
 from tests.workers import workers
 

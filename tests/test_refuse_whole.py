@@ -86,7 +86,7 @@ def test_cute_dsl(simulated: Any) -> None:
 def test_wide(sm103: str) -> None:
     flashinfer_or_skip()
     require_feature("wide_tile")
-    from fi_patches.wide.runner import wide_runner
+    from fi_patches.wide.launch import wide_runner
 
     def offered(rows: int) -> list[Any]:
         inputs = Mxfp8Problem(N, K, rows).runner_inputs()

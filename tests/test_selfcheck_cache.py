@@ -38,7 +38,7 @@ CHEAP = tuple(
     if set(f.requires) <= RUN_HERE and not f.compiled_check
 )
 """The features whose only self-check is cheap: it runs in every process, never kept."""
-COMPILED = "compiled wide kernel tile 16"  # fi_patches.wide.compile's log line: a real compile
+COMPILED = "compiled wide kernel tile 16"  # fi_patches.wide.kernel's log line: a real compile
 
 
 def doctor(

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import fi_patches
-from fi_patches.patching.subclasses import stock_method
+from fi_patches.patching import stock_method
 from tests import lowlat
 
 N, K = lowlat.SHAPE

@@ -12,15 +12,17 @@ import pytest
 
 from fi_patches.wide.budget import (
     MAX_AB_STAGES,
+    MXFP8,
+    NVFP4,
     SUPPORTED_SPLIT_K,
     TMEM_COLUMNS,
+    GemmDtypes,
     config_reason,
     invalid_reason,
     smem_bytes,
     smem_capacity,
     tmem_columns,
 )
-from fi_patches.wide.dtypes import MXFP8, NVFP4, GemmDtypes
 from fi_patches.wide.tactics import Tactic, default_tactic, wide_tactics
 from tests.wide_helpers import low_latency_or_skip
 

@@ -9,15 +9,29 @@ import struct
 
 import pytest
 
-from fi_patches.wide.arch import WideArchError, normalize, resolve_arch
-from fi_patches.wide.budget import smem_bytes, smem_capacity, tmem_columns
-from fi_patches.wide.compile import WideConfigError, WideKernel, cached_kernels, compile_wide
-from fi_patches.wide.cubin import read_cubin
-from fi_patches.wide.idesc import descriptors, mma_instructions
-from fi_patches.wide.kernel import wide_kernel_class
-from fi_patches.wide.pdl import pdl_order, tma_param_indices
-from fi_patches.wide.ptx import parse_entry
-from fi_patches.wide.resources import launch_dynamic_smem
+from fi_patches.tools.wide_ptx import (
+    descriptors,
+    mma_instructions,
+    parse_entry,
+    pdl_order,
+    tma_param_indices,
+)
+from fi_patches.tools.wide_resources import launch_dynamic_smem, read_cubin
+from fi_patches.wide.budget import (
+    WideArchError,
+    normalize,
+    resolve_arch,
+    smem_bytes,
+    smem_capacity,
+    tmem_columns,
+)
+from fi_patches.wide.kernel import (
+    WideConfigError,
+    WideKernel,
+    cached_kernels,
+    compile_wide,
+    wide_kernel_class,
+)
 from fi_patches.wide.tactics import default_tactic
 from tests.wide_helpers import low_latency_or_skip
 
@@ -148,7 +162,7 @@ def test_subclass_contract() -> None:
     ours = list(inspect.signature(cls.can_implement).parameters)
     assert ours == [*base_params, "sfb_per_cta_packed"]
     types = (8192, 16, 7168, 1)
-    from fi_patches.wide.dtypes import MXFP8
+    from fi_patches.wide.budget import MXFP8
 
     args = MXFP8.cutlass_types()
     assert cls.can_implement(types, *args, mma_tiler_mnk=(128, 16, 128), num_ab_stage=8)

@@ -8,7 +8,6 @@ import pytest
 
 from fi_patches.pinning import stack
 from fi_patches.pins import PinTable
-from fi_patches.wide.precompile import wide_pin_reason
 from fi_patches.wide.tactics import (
     TILE_ROUNDING,
     WIDE_MAX_ROWS,
@@ -16,6 +15,7 @@ from fi_patches.wide.tactics import (
     choose_tactic,
     default_tactic,
     pick_tile,
+    wide_pin_reason,
     wide_tactics,
 )
 

@@ -10,7 +10,7 @@ import fi_patches
 from fi_patches.cli import main
 from fi_patches.compat import refresh, status_of
 from fi_patches.pins import PinTable, PinTableError
-from fi_patches.wide.runner import CUSTOM_OP, wide_runner
+from fi_patches.wide.launch import CUSTOM_OP, wide_runner
 from fi_patches.wide.tactics import pick_tile, wide_tactics
 from tests.conftest import flashinfer_or_skip, require_feature, require_release_supports
 from tests.mxfp8_inputs import Mxfp8Problem
@@ -171,7 +171,7 @@ def test_an_invalid_wide_pin_is_rejected_naming_the_limit(wide):
 
 
 def test_precompile_builds_the_pins_and_flags_spills(wide, tmp_path, capsys):
-    from fi_patches.wide.precompile import compile_with_resources
+    from fi_patches.tools.wide_resources import compile_with_resources
 
     good = [wide_tactics(N, K, 16)[0], wide_tactics(N, K, 48)[0]]
     path = tmp_path / "pins.toml"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from fi_patches.wide.compile import compile_wide
+from fi_patches.wide.kernel import compile_wide
 from fi_patches.wide.launch import check_launch_inputs, standard_scale_elements
 from fi_patches.wide.tactics import default_tactic
 from tests.wide_helpers import low_latency_or_skip
@@ -119,7 +119,7 @@ def test_a_launch_plan_is_made_once_per_shape_and_checks_each_call(
 
 
 def test_a_shape_the_kernel_cannot_run_has_no_plan(inputs: dict[str, Any]) -> None:
-    from fi_patches.wide.compile import WideConfigError
+    from fi_patches.wide.kernel import WideConfigError
     from fi_patches.wide.launch import launch_plan
 
     kernel = compile_wide(16, default_tactic(), arch="sm_103a")

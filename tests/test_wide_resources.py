@@ -5,12 +5,18 @@ from __future__ import annotations
 
 import pytest
 
+from fi_patches.tools.wide_resources import (
+    PtxasError,
+    compile_with_resources,
+    kernel_resources,
+    parse_verbose,
+    precompile,
+    precompile_requests,
+    read_cubin,
+    run_ptxas,
+)
 from fi_patches.wide.budget import smem_capacity
-from fi_patches.wide.compile import compile_wide
-from fi_patches.wide.cubin import read_cubin
-from fi_patches.wide.precompile import compile_with_resources, precompile, precompile_requests
-from fi_patches.wide.ptxas import PtxasError, parse_verbose, run_ptxas
-from fi_patches.wide.resources import kernel_resources
+from fi_patches.wide.kernel import compile_wide
 from fi_patches.wide.tactics import default_tactic
 from tests.wide_helpers import low_latency_or_skip, ptxas_or_skip
 

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from fi_patches.wide.budget import MAX_AB_STAGES, smem_bytes, smem_capacity
-from fi_patches.wide.compile import compile_wide
-from fi_patches.wide.dtypes import MXFP8, NVFP4, GemmDtypes
-from fi_patches.wide.kernel import wide_kernel_class
-from fi_patches.wide.resources import launch_dynamic_smem
+from fi_patches.tools.wide_resources import launch_dynamic_smem
+from fi_patches.wide.budget import (
+    MAX_AB_STAGES,
+    MXFP8,
+    NVFP4,
+    GemmDtypes,
+    smem_bytes,
+    smem_capacity,
+)
+from fi_patches.wide.kernel import compile_wide, wide_kernel_class
 from tests.wide_helpers import low_latency_or_skip
 
 ARCH = "sm_103a"

@@ -25,7 +25,7 @@ def low_latency_or_skip() -> Any:
 
 def ptxas_or_skip() -> Any:
     """The ptxas 13.5+ the resources extra installs, or a skip."""
-    from fi_patches.wide.ptxas import find_ptxas
+    from fi_patches.tools.wide_resources import find_ptxas
 
     found = find_ptxas()
     if found is None:

@@ -117,7 +117,7 @@ class Mxfp8Op(RunnerOp):
     def _launch_inputs(self, rows: int) -> list[Any]:
         import torch
 
-        from fi_patches.cute_dsl.runner import workspace
+        from fi_patches.cute_dsl import workspace
 
         device = (
             torch.device("cuda", torch.cuda.current_device())
@@ -174,7 +174,7 @@ class CuteDslOp(Mxfp8Op):
     silently replaces some split-K and narrow-tile tactics, which a pin must never be."""
 
     def tactics(self, rows: int) -> list[Any]:
-        from fi_patches.cute_dsl.validity import why_not_runnable
+        from fi_patches.cute_dsl import why_not_runnable
 
         inputs = self._listing_inputs(rows)
         return [
@@ -194,12 +194,12 @@ def mxfp8_op(
     if section == "cute_dsl":
         import torch
 
-        from fi_patches.cute_dsl.runner import cute_dsl_runner
+        from fi_patches.cute_dsl import cute_dsl_runner
 
         runner = cute_dsl_runner(sm_version // 10, sm_version % 10, torch.bfloat16)
         return CuteDslOp(name, section, n, k, runner, device)
     if section == "wide":
-        from fi_patches.wide.runner import wide_runner
+        from fi_patches.wide.launch import wide_runner
 
         return Mxfp8Op(name, section, n, k, wide_runner(), device)
     raise ValueError(f"no MXFP8 runner for section {section!r}")
@@ -259,7 +259,7 @@ def mismatch(torch: Any, got: Any, ref: Any) -> str | None:
 def operands(torch: Any, n: int, k: int, rows: int) -> tuple[list[Any], Any, Any]:
     """``mm_mxfp8``'s seven runner inputs on the current CUDA device, with the output poisoned
     with NaN, plus ``(out, reference)``."""
-    from fi_patches.cute_dsl.runner import workspace
+    from fi_patches.cute_dsl import workspace
 
     device = torch.device("cuda", torch.cuda.current_device())
     a, a_scale, a_ref = mxfp8_operand(torch, rows, k, seed=rows)
@@ -292,8 +292,7 @@ def cute_dsl_mismatch(n: int, k: int, rows: int, tactic: Any) -> str | None:
     """FlashInfer's cute-dsl runner with ``tactic`` as pinned (never a silent substitute)."""
     import torch
 
-    from fi_patches.cute_dsl.runner import cute_dsl_runner
-    from fi_patches.cute_dsl.validity import why_not_runnable
+    from fi_patches.cute_dsl import cute_dsl_runner, why_not_runnable
 
     major, minor = torch.cuda.get_device_capability()
     runner = cute_dsl_runner(major, minor, torch.bfloat16)

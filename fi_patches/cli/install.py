@@ -367,9 +367,10 @@ def run_precompile(args: argparse.Namespace) -> int:
         print(f"precompile: the wide kernel cannot be built here: {blocked}", file=sys.stderr)
         return 1
     from fi_patches.pins.keys import as_tactic
-    from fi_patches.wide.arch import WideArchError, resolve_arch
-    from fi_patches.wide.compile import compile_wide
-    from fi_patches.wide.precompile import compile_with_resources, wide_pin_reason
+    from fi_patches.tools.wide_resources import compile_with_resources
+    from fi_patches.wide.budget import WideArchError, resolve_arch
+    from fi_patches.wide.kernel import compile_wide
+    from fi_patches.wide.tactics import wide_pin_reason
 
     try:
         arch = resolve_arch(args.arch)

@@ -121,7 +121,7 @@ class Catalog:
         if name in self.classes:
             return True
         from fi_patches.internals import tuner as fi_tuner
-        from fi_patches.patching.subclasses import all_subclasses
+        from fi_patches.patching import all_subclasses
 
         return any(cls.__name__ == name for cls in all_subclasses(fi_tuner.tunable_runner()))
 
@@ -129,7 +129,7 @@ class Catalog:
         """The runner class of FlashInfer (or of this process) that ``name`` misspells, or None
         when it is like none of them (a consumer's own runner, perhaps defined later)."""
         from fi_patches.internals import tuner as fi_tuner
-        from fi_patches.patching.subclasses import all_subclasses
+        from fi_patches.patching import all_subclasses
 
         live = {cls.__name__ for cls in all_subclasses(fi_tuner.tunable_runner())}
         return close_name(name, self.runners | live)

@@ -88,14 +88,14 @@ SMEM_ALLOCATOR = Internal(
 """Built by the kernel body the subclass compiles."""
 
 MAKE_PTR = Internal("dsl_make_ptr", CALLABLE, "cutlass.cute.runtime", "make_ptr", (WIDE_TILE,))
-"""The placeholder and launch pointers of :mod:`fi_patches.wide.compile` and ``launch``."""
+"""The placeholder and launch pointers of :mod:`fi_patches.wide.kernel` and ``launch``."""
 
 ADDRESS_SPACE = Internal("dsl_address_space", CLASS, "cutlass.cute", "AddressSpace", (WIDE_TILE,))
 """The enum of the address space those pointers are in (its ``gmem`` member; an enum member
 cannot be removed on its own, so the class is what a release could drop)."""
 
 COMPILE = Internal("cute_compile", CALLABLE, "cutlass.cute", "compile", (WIDE_TILE,))
-"""Compiles the wide kernel (:mod:`fi_patches.wide.compile`)."""
+"""Compiles the wide kernel (:mod:`fi_patches.wide.kernel`)."""
 
 FAKE_STREAM = Internal(
     "cute_make_fake_stream", CALLABLE, "cutlass.cute.runtime", "make_fake_stream", (WIDE_TILE,)

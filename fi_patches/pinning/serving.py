@@ -22,7 +22,7 @@ from typing import Any
 
 from fi_patches._logging import get_logger, log_once
 from fi_patches.internals import tuner as fi_tuner
-from fi_patches.patching.subclasses import stock_method
+from fi_patches.patching import stock_method
 from fi_patches.pinning.index import PinIndex, key_hits, section_hit
 from fi_patches.pins.keys import as_tactic, extras_text
 

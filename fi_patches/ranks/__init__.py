@@ -12,18 +12,18 @@ from fi_patches._lazy import lazy_exports
 _EXPORTS = {
     "rank_guard": "fi_patches.ranks.guard",
     "RankMismatchError": "fi_patches.ranks.guard",
-    "Fingerprint": "fi_patches.ranks.fingerprint",
-    "local_fingerprint": "fi_patches.ranks.fingerprint",
-    "TacticDivergenceError": "fi_patches.ranks.tuning",
+    "Fingerprint": "fi_patches.ranks.guard",
+    "local_fingerprint": "fi_patches.ranks.guard",
+    "TacticDivergenceError": "fi_patches.ranks.automatic",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
-    from fi_patches.ranks.fingerprint import Fingerprint as Fingerprint
-    from fi_patches.ranks.fingerprint import local_fingerprint as local_fingerprint
+    from fi_patches.ranks.automatic import TacticDivergenceError as TacticDivergenceError
+    from fi_patches.ranks.guard import Fingerprint as Fingerprint
     from fi_patches.ranks.guard import RankMismatchError as RankMismatchError
+    from fi_patches.ranks.guard import local_fingerprint as local_fingerprint
     from fi_patches.ranks.guard import rank_guard as rank_guard
-    from fi_patches.ranks.tuning import TacticDivergenceError as TacticDivergenceError
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

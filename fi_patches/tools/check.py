@@ -151,7 +151,7 @@ def _unreached(section: str, entry: Any) -> str | None:
     own tuner whatever the router does."""
     if section != "wide":
         return None
-    from fi_patches.mxfp8.routes import unreached_wide_tile
+    from fi_patches.mxfp8 import unreached_wide_tile
 
     return unreached_wide_tile(entry.tile)
 
@@ -231,7 +231,7 @@ class Runners:
 
     def _find(self, name: str) -> _Runner:
         from fi_patches.internals import tuner as fi_tuner
-        from fi_patches.patching.subclasses import all_subclasses
+        from fi_patches.patching import all_subclasses
 
         classes = [c for c in all_subclasses(fi_tuner.tunable_runner()) if c.__name__ == name]
         if not classes:

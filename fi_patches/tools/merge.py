@@ -56,7 +56,7 @@ from fi_patches.tools.record import (
     runners_apart,
     section_of,
 )
-from fi_patches.wide.runner import CLASS_NAME as WIDE_CLASS
+from fi_patches.wide.launch import CLASS_NAME as WIDE_CLASS
 
 LOW_LATENCY_CLASS = fi.LOW_LATENCY_RUNNER.builds
 CUTE_DSL_CLASS = fi.CUTE_DSL_RUNNER.builds
@@ -200,7 +200,7 @@ def runner_order(sm_version: int) -> TieOrder:
         if key.runner == CUTE_DSL_CLASS:
             import torch
 
-            from fi_patches.cute_dsl.runner import cute_dsl_runner
+            from fi_patches.cute_dsl import cute_dsl_runner
             from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
 
             cute = cute_dsl_runner(sm_version // 10, sm_version % 10, torch.bfloat16)

@@ -23,8 +23,7 @@ from fi_patches._logging import get_logger, log_once
 from fi_patches.compat.evaluate import NO_DEVICE, check_dependency
 from fi_patches.features import VLLM_ROUTE
 from fi_patches.internals import vllm as upstream
-from fi_patches.patching import AttributePatch, PatchSet
-from fi_patches.patching.patch import Gate
+from fi_patches.patching import AttributePatch, Gate, PatchSet
 from fi_patches.vllm import gemm
 from fi_patches.vllm.self_check import route_self_check
 

@@ -1,6 +1,6 @@
 """Which tile and tactic serve a wide problem: the tile for a row count, the tactic tuple, every
-valid tactic for a problem (the tuner's candidates), and the choice of one (a pin, else the
-first valid)."""
+valid tactic for a problem (the tuner's candidates), the choice of one (a pin, else the first
+valid), and why a ``[[wide]]`` pin can never run (pin-table validation)."""
 
 from __future__ import annotations
 
@@ -15,11 +15,12 @@ from fi_patches.wide.budget import (
     MAX_AB_STAGES,
     MAX_TILE,
     MIN_TILE,
+    MXFP8,
     SUPPORTED_SPLIT_K,
     TILE_STEP,
+    GemmDtypes,
     invalid_reason,
 )
-from fi_patches.wide.dtypes import MXFP8, GemmDtypes
 
 
 class Tactic(NamedTuple):
@@ -187,3 +188,26 @@ def choose_tactic(
     if not tactics:
         raise ValueError(f"no valid wide tactic for N={n} K={k} at tile {tile}")
     return tactics[0]
+
+
+def wide_pin_reason(
+    n: int,
+    k: int,
+    tile: int,
+    tactic: Sequence[int],
+    *,
+    dtypes: GemmDtypes = MXFP8,
+    arch: str | None = None,
+) -> str | None:
+    """Why a ``[[wide]]`` pin ``(n, k, tile, tactic)`` can never run, or None. ``arch`` picks
+    the shared-memory capacity (default sm_100's, equal to sm_103's)."""
+    try:
+        checked = typed_tactic(tactic)
+    except ValueError as exc:
+        return str(exc)
+    if checked.sfb_tmem_stages != 1:
+        return (
+            f"sfb_tmem_stages must be 1 on the direct SFB path (FlashInfer's dispatch uses 1), "
+            f"got {checked.sfb_tmem_stages}"
+        )
+    return invalid_reason((n, tile, k, 1), tile, checked, dtypes, arch=arch)

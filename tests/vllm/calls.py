@@ -23,7 +23,7 @@ def _tactic(frame: FrameType) -> Any:
 # (module, function name) -> how to describe an entry into it
 _WATCHED: dict[tuple[str, str], Callable[[FrameType], str]] = {
     (GEMM_BASE, "mm_mxfp8"): lambda f: f"mm_mxfp8(backend={f.f_locals.get('backend')!r})",
-    ("fi_patches.wide.compile", "compile_wide"): lambda f: (
+    ("fi_patches.wide.kernel", "compile_wide"): lambda f: (
         f"compile_wide(tile={f.f_locals.get('tile')})"
     ),
     # mxfp8.mm's wide route runs the shape's launch plan on mm_mxfp8's weight view.
@@ -33,7 +33,7 @@ _WATCHED: dict[tuple[str, str], Callable[[FrameType], str]] = {
     ),
     # mxfp8.mm's pinned route enters pinned_mm_with (the tables already resolved), a direct
     # caller pinned_mm: either is the pinned cute-dsl route.
-    ("fi_patches.cute_dsl.pinned_mm", "pinned_mm_with"): lambda f: "pinned_mm",
+    ("fi_patches.cute_dsl", "pinned_mm_with"): lambda f: "pinned_mm",
     ("vllm.utils.flashinfer", "_mm_mxfp8"): lambda f: (
         f"vllm mm_mxfp8(backend={f.f_locals.get('backend')!r})"
     ),
