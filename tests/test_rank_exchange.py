@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 import fi_patches
+from fi_patches._env import rank_guard_mode as automatic_mode
 from fi_patches.ranks.exchange import ExchangeTimeout, GroupView, all_gather
 from fi_patches.ranks.fingerprint import ABSENT, Fingerprint, differences, local_fingerprint
 from fi_patches.ranks.guard import mismatch_message
-from fi_patches.ranks.settings import automatic_mode
 from tests.workers import workers
 
 

@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
         counts = [(o.op, o.entries, o.applied, o.invalid, o.unchecked) for o in ops]
         print(render(("op", "entries", "applied", "invalid", "unchecked"), counts))
     print(f"\nstart-up hook: {hook_state().summary()}")
-    from fi_patches.sglang.summary import summary
+    from fi_patches.sglang.plugin import summary
 
     print(f"SGLang plugin: {summary()}")
     return 0

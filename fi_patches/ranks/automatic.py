@@ -16,12 +16,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from fi_patches import _env
 from fi_patches._logging import get_logger, log_once
 from fi_patches.internals import tune_group
 from fi_patches.patching import AttributePatch, PatchSet
 from fi_patches.patching.patch import proxied
 from fi_patches.pinning.installation import Hold, Installation
-from fi_patches.ranks import settings
 
 logger = get_logger(__name__)
 
@@ -31,7 +31,7 @@ def guard_before_tuning(group: Any) -> None:
     escapes, anything else is logged and FlashInfer goes on."""
     from fi_patches.ranks.guard import DEFAULT_TIMEOUT, RankMismatchError, run_guard
 
-    mode = settings.automatic_mode()
+    mode = _env.rank_guard_mode()
     if mode == "off":
         return
     try:
@@ -88,7 +88,7 @@ def _build() -> PatchSet:
         AttributePatch(owner, tune_group.SET_GROUP, _guarded_setter)
         for owner in tune_group.setter_owners()
     ]
-    if settings.tuning_detector_requested():
+    if _env.rank_guard_tuning():
         from fi_patches.ranks.tuning import detector_patches
 
         patches += detector_patches()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from fi_patches._env import GUARD_MODES as MODES
 from fi_patches._logging import get_logger
 from fi_patches._untrusted import cut
 from fi_patches.ranks.exchange import (
@@ -23,7 +24,6 @@ from fi_patches.ranks.exchange import (
     group_view,
 )
 from fi_patches.ranks.fingerprint import Differences, Fingerprint, differences, local_fingerprint
-from fi_patches.ranks.settings import MODES
 
 logger = get_logger(__name__)
 
@@ -109,7 +109,7 @@ def missing_message(view: GroupView, missing: tuple[int, ...], timeout: float) -
 def disable_pins(reason: str) -> None:
     """Turn fi_patches' pins off in this process: every patch removed, open ``pinned_tactics()``
     blocks inert, and new blocks and ``fi_patches.auto`` refused until ``fi_patches.enable()``."""
-    from fi_patches import _state
+    from fi_patches import startup as _state
     from fi_patches.pinning import stack
 
     stack.suspend(reason)
