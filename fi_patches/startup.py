@@ -83,15 +83,22 @@ def resolve(name: str) -> Instrumentor:
     return getattr(importlib.import_module(module), attr)  # type: ignore[no-any-return]
 
 
-def loaded() -> list[Instrumentor]:
-    """The registered patch sets whose module is imported, in :data:`LIFECYCLE`'s order; the
-    others installed nothing, and are not imported to find that out."""
-    found = []
-    for target in list(LIFECYCLE.values()):
+def entries() -> list[tuple[str, Instrumentor | None]]:
+    """Every registered patch set by name, in :data:`LIFECYCLE`'s order, with its object where
+    its module is imported and None where not (it installed nothing, and is not imported to
+    find that out)."""
+    found: list[tuple[str, Instrumentor | None]] = []
+    for name, target in list(LIFECYCLE.items()):
         module, _, attr = target.partition(":")
-        if module in sys.modules and hasattr(sys.modules[module], attr):
-            found.append(getattr(sys.modules[module], attr))
+        found.append(
+            (name, getattr(sys.modules[module], attr, None) if module in sys.modules else None)
+        )
     return found
+
+
+def loaded() -> list[Instrumentor]:
+    """The registered patch sets whose module is imported, in :data:`LIFECYCLE`'s order."""
+    return [entry for _, entry in entries() if entry is not None]
 
 
 def disable() -> None:
