@@ -56,6 +56,11 @@ LIFECYCLE: dict[str, str] = {
 are reference-counted (each ``pinned_tactics()`` block and the process-wide pins hold them);
 the wide tile, MXFP8 and CuTe DSL features install no patch of their own."""
 
+LOADED_WITH: dict[str, str] = {"process_pins": "fi_patches.pinning.stack"}
+"""Entries :func:`disable` imports when another module is: leaving every open
+``pinned_tactics()`` block is the ``process_pins`` entry's, and blocks exist once the pin stack
+is imported, also where :mod:`fi_patches.activation` never was."""
+
 _requested = False
 
 
@@ -107,6 +112,9 @@ def disable() -> None:
     Each is uninstrumented even when an earlier one raised; the first error is raised after."""
     global _requested
     _requested = False
+    for name, trigger in LOADED_WITH.items():
+        if trigger in sys.modules and name in LIFECYCLE:
+            resolve(name)
     error: BaseException | None = None
     for entry in reversed(loaded()):
         try:

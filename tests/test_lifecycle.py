@@ -4,6 +4,7 @@ uninstrumenting puts the exact original objects back."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -143,3 +144,35 @@ def test_disable_uninstruments_every_builtin_patch_set_to_the_exact_originals(
         assert all(after[key] is namespace[key] for key in namespace), owner
     assert all(vars(module)[tune_group.SET_GROUP] is setter for module, setter in setters)
     assert lowlat.offered(runner, n, k, 8) == lowlat.stock(n, k, 8)
+
+
+def test_disable_from_below_leaves_open_blocks_where_activation_was_never_imported(
+    pinning, tmp_path
+):
+    """The rank guard's ``on_mismatch="disable"`` calls ``startup.disable()`` in a process that
+    may only ever have opened ``pinned_tactics()`` blocks: those blocks are left too."""
+    n, k = lowlat.SHAPE
+    pins = tmp_path / "pins.toml"
+    pins.write_text(
+        '[meta]\ndevice = "sm_103"\nflashinfer = ">=0.7.0"\n\n'
+        f"[[low_latency]]\nn = {n}\nk = {k}\nmin_rows = 5\nmax_rows = 8\n"
+        f"tactic = {list(lowlat.non_split_alternative(n, k, 8))}\n"
+    )
+    code = textwrap.dedent(
+        f"""
+        import sys
+        import fi_patches
+        from fi_patches import startup
+        from fi_patches.pinning import stack
+        from fi_patches.pinning.installation import installed_count
+        with fi_patches.pinned_tactics({str(pins)!r}):
+            before = ("fi_patches.activation" in sys.modules, len(stack.active_tables()))
+            startup.disable()
+            print(before, len(stack.active_tables()), installed_count())
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[-2] == "(False, 1) 0 0"
