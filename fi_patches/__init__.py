@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-from fi_patches import _state
 from fi_patches._lazy import lazy_exports
 from fi_patches._version import VERSION as __version__
 
@@ -48,12 +47,3 @@ if TYPE_CHECKING:
 
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
-
-
-def _disable() -> None:
-    """``disable()``, imported when first called: what the rank guard's ``on_mismatch="disable"``
-    calls through :mod:`fi_patches._state`, which sits below everything ``disable()`` takes off."""
-    __getattr__("disable")()
-
-
-_state.on_disable(_disable)

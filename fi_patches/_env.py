@@ -1,7 +1,9 @@
-"""Every environment variable fi_patches reads, in one place, each with what it does.
+"""Every environment variable fi_patches reads, in one place, each with what it does, and the
+settings read from them: the vLLM and SGLang plugins' (:func:`vllm_settings`,
+:func:`sglang_settings`) and the automatic rank guard's (:func:`rank_guard_mode`).
 
-Other modules ask :func:`get` or :func:`flag` with a :class:`Variable` declared here and never
-read ``os.environ`` themselves, so this list is complete. The exceptions are the start-up
+Other modules ask :func:`get`, :func:`flag` or a settings reader here and never read
+``os.environ`` themselves, so this list is complete. The exceptions are the start-up
 hook (the line in ``fi_patches_auto.pth`` and :mod:`fi_patches.startup`), which must import
 nothing at interpreter start; they read :data:`AUTO` by name, with :func:`boolean`'s words
 spelled out (``tests/test_startup_hook.py`` checks they agree).
@@ -150,3 +152,83 @@ def settings() -> dict[str, str]:
     """Every ``FI_PATCHES_*`` variable set in this process, sorted by name (for reports and the
     rank guard's fingerprint)."""
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith(PREFIX)}
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the user asked of a host plugin (vLLM's or SGLang's), and which variable asked it."""
+
+    active: bool
+    route: bool
+    why: str
+
+
+def vllm_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """The vLLM plugin's settings in ``environ`` (the process environment by default).
+
+    The plugin is off unless the user opts in: ``FI_PATCHES_PINS`` (a pin table to apply),
+    ``FI_PATCHES_VLLM=1`` or ``FI_PATCHES_VLLM_ROUTE=1``. ``FI_PATCHES_VLLM=0`` keeps it off
+    whatever else is set; ``FI_PATCHES_VLLM_ROUTE=1`` also routes vLLM's cute-dsl MXFP8
+    linears. A switch that is not a boolean counts as unset, with one warning (:func:`boolean`).
+    """
+    env = os.environ if environ is None else environ
+    switch = boolean(VLLM, env)
+    route = bool(boolean(VLLM_ROUTE, env))
+    if switch is False:
+        return Settings(False, False, f"{VLLM.name}={env[VLLM.name]} turns it off")
+    if switch:
+        return Settings(True, route, f"{VLLM.name}={env[VLLM.name]}")
+    if env.get(PINS.name):
+        return Settings(True, route, f"{PINS.name} is set")
+    if route:
+        return Settings(True, True, f"{VLLM_ROUTE.name}={env[VLLM_ROUTE.name]}")
+    return Settings(
+        False, False, f"none of {PINS.name}, {VLLM.name}=1 or {VLLM_ROUTE.name}=1 is set"
+    )
+
+
+def sglang_settings(environ: Mapping[str, str] | None = None) -> Settings:
+    """The SGLang plugin's settings in ``environ`` (the process environment by default): off
+    unless ``FI_PATCHES_PINS`` or ``FI_PATCHES_SGLANG=1`` is set; ``FI_PATCHES_SGLANG=0`` keeps
+    it off whatever else is set (a value that is not a boolean counts as unset, warned once)."""
+    env = os.environ if environ is None else environ
+    on = boolean(SGLANG, env)
+    if on is False:
+        return Settings(False, False, f"{SGLANG.name}={env[SGLANG.name]} turns it off")
+    if on:
+        return Settings(True, False, f"{SGLANG.name}={env[SGLANG.name]}")
+    if env.get(PINS.name):
+        return Settings(True, False, f"{PINS.name} is set")
+    return Settings(False, False, f"neither {PINS.name} nor {SGLANG.name}=1 is set")
+
+
+GUARD_MODES = ("raise", "disable", "warn")
+"""What :func:`~fi_patches.ranks.guard.rank_guard` does when the ranks disagree."""
+AUTOMATIC_GUARD_MODES = (*GUARD_MODES, "off")
+"""The modes ``FI_PATCHES_RANK_GUARD`` takes for the automatic guard."""
+DEFAULT_GUARD_MODE = "raise"
+
+
+def rank_guard_mode() -> str:
+    """The automatic rank guard's mode from ``FI_PATCHES_RANK_GUARD`` (default ``raise``); an
+    unknown value logs one warning and keeps the default, the safe choice."""
+    raw = (get(RANK_GUARD) or "").strip().lower()
+    if not raw:
+        return DEFAULT_GUARD_MODE
+    if raw in AUTOMATIC_GUARD_MODES:
+        return raw
+    if (RANK_GUARD.name, raw) not in _warned:
+        _warned.add((RANK_GUARD.name, raw))
+        logger.warning(
+            "%s=%r is not one of %s; using %r",
+            RANK_GUARD.name,
+            raw,
+            "|".join(AUTOMATIC_GUARD_MODES),
+            DEFAULT_GUARD_MODE,
+        )
+    return DEFAULT_GUARD_MODE
+
+
+def rank_guard_tuning() -> bool:
+    """Whether ``FI_PATCHES_RANK_GUARD_TUNING`` asks for the tuning divergence detector."""
+    return flag(RANK_GUARD_TUNING)

@@ -73,7 +73,7 @@ VLLM_PLUGIN = Feature(
     summary="vLLM's general plugin activates fi_patches (FI_PATCHES_PINS) in every vLLM process",
     requires=(vl.VLLM,),
     devices=vl.PLUGIN_DEVICES,
-    self_check="fi_patches.vllm.self_check:plugin_self_check",
+    self_check="fi_patches.vllm.plugin:plugin_self_check",
 )
 
 VLLM_ROUTE = Feature(
@@ -83,7 +83,7 @@ VLLM_ROUTE = Feature(
     # range is the one the route's call of it is verified on.
     requires=(vl.VLLM, fi.FLASHINFER),
     devices=vl.ROUTE_DEVICES,
-    self_check="fi_patches.vllm.self_check:route_self_check",
+    self_check="fi_patches.vllm.route:route_self_check",
 )
 
 SGLANG_PLUGIN = Feature(
@@ -93,7 +93,7 @@ SGLANG_PLUGIN = Feature(
     ),
     requires=(sg.SGLANG,),
     devices=sg.PLUGIN_DEVICES,
-    self_check="fi_patches.sglang.self_check:plugin_self_check",
+    self_check="fi_patches.sglang.plugin:plugin_self_check",
 )
 
 FEATURES: tuple[Feature, ...] = (

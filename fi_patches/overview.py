@@ -1,9 +1,11 @@
 """``fi_patches.status()`` and ``refresh()``: each feature's state with the default pins it
-would apply."""
+would apply, and forgetting every verdict and cache so the next query looks again."""
 
 from __future__ import annotations
 
-from fi_patches.compat.evaluate import FeatureStatus, refresh, status_of
+from fi_patches import startup
+from fi_patches.compat import evaluate
+from fi_patches.compat.evaluate import FeatureStatus, status_of
 
 __all__ = ["FeatureStatus", "refresh", "status"]
 
@@ -19,3 +21,11 @@ def status() -> list[FeatureStatus]:
         pins = describe_default_pins(declared.name, record)
         records.append(FeatureStatus(**{**record.__dict__, "pins": pins}))
     return records
+
+
+def refresh() -> None:
+    """Forget every verdict and every cache that depends on one, so the next query probes the
+    installed packages and the device again; then each loaded patch set of the lifecycle
+    registry forgets what it keeps (:func:`fi_patches.startup.refresh`)."""
+    evaluate.refresh()
+    startup.refresh()

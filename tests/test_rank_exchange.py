@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import fi_patches
+from fi_patches._env import rank_guard_mode as automatic_mode
 from fi_patches.ranks.exchange import ExchangeTimeout, GroupView, all_gather
 from fi_patches.ranks.guard import (
     ABSENT,
@@ -22,7 +23,6 @@ from fi_patches.ranks.guard import (
     local_fingerprint,
     mismatch_message,
 )
-from fi_patches.ranks.settings import automatic_mode
 from tests.workers import workers
 
 

@@ -8,7 +8,8 @@ import logging
 
 import pytest
 
-from fi_patches.vllm.settings import Settings, read
+from fi_patches._env import Settings
+from fi_patches._env import vllm_settings as read
 
 
 @pytest.mark.parametrize(

@@ -294,7 +294,8 @@ def run_doctor(args: argparse.Namespace) -> int:
         counts = [(o.op, o.entries, o.applied, o.invalid, o.unchecked) for o in ops]
         print(render(("op", "entries", "applied", "invalid", "unchecked"), counts))
     print(f"\nstart-up hook: {hook_state().summary()}")
-    from fi_patches.sglang.summary import summary
+    print(f"patch sets: {patch_sets()}")
+    from fi_patches.sglang.plugin import summary
 
     print(f"SGLang plugin: {summary()}")
     return 0
@@ -310,6 +311,17 @@ def _pinned_ops() -> list[Any]:
         return pins_per_op(default_pins())
     except PinTableError:
         return []  # the pins column already names the problem
+
+
+def patch_sets() -> str:
+    """Each patch set of the lifecycle registry and whether it is installed in this process."""
+    from fi_patches import startup
+
+    states = [
+        f"{name} {'not loaded' if entry is None else 'installed' if entry.installed else 'off'}"
+        for name, entry in startup.entries()
+    ]
+    return ", ".join(states)
 
 
 def register_precompile(commands: Any) -> None:

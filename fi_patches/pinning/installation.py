@@ -1,5 +1,7 @@
 """Reference-counted installation of fi_patches' wrappers: the first holder patches, the last
-to release restores the exact original objects.
+to release restores the exact original objects. An :class:`Installation` is a lifecycle entry
+(:data:`fi_patches.startup.LIFECYCLE`): ``instrument()`` acquires a hold, ``uninstrument()``
+revokes them all.
 
 A holder gets a :class:`Hold`, and releasing counts only a hold of the current installation:
 ``fi_patches.disable()`` revokes every hold at once (:meth:`Installation.revoke`), and a block
@@ -48,6 +50,19 @@ class Installation:
         self.count = 0
         self.epoch = 0
         self.patches: PatchSet | None = None
+
+    @property
+    def installed(self) -> bool:
+        """Whether the patches are applied (some hold is live)."""
+        return self.patches is not None
+
+    def instrument(self) -> Hold:
+        """The lifecycle entry's install: :meth:`acquire` (give the hold back to release it)."""
+        return self.acquire()
+
+    def uninstrument(self) -> None:
+        """The lifecycle entry's removal: :meth:`revoke`."""
+        self.revoke()
 
     def acquire(self) -> Hold:
         """Install (on the first holder); raises ``PatchError`` with nothing left applied."""

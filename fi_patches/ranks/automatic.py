@@ -32,11 +32,11 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from fi_patches import _env
 from fi_patches._logging import get_logger, log_once
 from fi_patches.internals import tune_group
 from fi_patches.patching import AttributePatch, PatchSet, proxied
 from fi_patches.pinning.installation import Hold, Installation
-from fi_patches.ranks import settings
 from fi_patches.ranks.exchange import ExchangeTimeout, GroupView, all_gather, group_view
 from fi_patches.ranks.guard import DEFAULT_TIMEOUT, RankMismatchError, run_guard
 
@@ -47,7 +47,7 @@ def guard_before_tuning(group: Any) -> None:
     """Run the guard on ``group`` in the configured mode; only a mismatch in ``raise`` mode
     escapes, anything else is logged and FlashInfer goes on."""
 
-    mode = settings.automatic_mode()
+    mode = _env.rank_guard_mode()
     if mode == "off":
         return
     try:
@@ -104,7 +104,7 @@ def _build() -> PatchSet:
         AttributePatch(owner, tune_group.SET_GROUP, _guarded_setter)
         for owner in tune_group.setter_owners()
     ]
-    if settings.tuning_detector_requested():
+    if _env.rank_guard_tuning():
         patches += detector_patches()
     return PatchSet(patches)
 

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from fi_patches._env import GUARD_MODES as MODES
 from fi_patches._logging import get_logger
 from fi_patches._untrusted import cut
 from fi_patches.ranks.exchange import (
@@ -36,7 +37,6 @@ from fi_patches.ranks.exchange import (
     all_gather,
     group_view,
 )
-from fi_patches.ranks.settings import MODES
 
 if TYPE_CHECKING:
     from fi_patches.pins.table import PinTable
@@ -126,7 +126,7 @@ def missing_message(view: GroupView, missing: tuple[int, ...], timeout: float) -
 def disable_pins(reason: str) -> None:
     """Turn fi_patches' pins off in this process: every patch removed, open ``pinned_tactics()``
     blocks inert, and new blocks and ``fi_patches.auto`` refused until ``fi_patches.enable()``."""
-    from fi_patches import _state
+    from fi_patches import startup as _state
     from fi_patches.pinning import stack
 
     stack.suspend(reason)
@@ -311,13 +311,13 @@ def local_fingerprint() -> Fingerprint:
     cached ones). ``FI_PATCHES_*`` variables are information: each one that can change a
     tactic already shows in a compared field (the device, a table's digest, a feature's state,
     ``auto``, ``vllm_route``)."""
-    from fi_patches import _state
+    from fi_patches import startup as _state
+    from fi_patches._env import settings as fi_patches_settings
     from fi_patches._version import VERSION
     from fi_patches.compat.device import current_device
     from fi_patches.compat.installed import installed_flashinfer
     from fi_patches.overview import status
     from fi_patches.pinning import stack
-    from fi_patches.ranks.settings import fi_patches_settings
 
     active, active_info = _tables_fields("pins.active", stack.active_tables())
     default, default_info = _default_fields()
@@ -327,7 +327,7 @@ def local_fingerprint() -> Fingerprint:
         ("cute_dsl", _cute_dsl_version()),
         ("device", current_device().arch or "none"),
         *((f"feature.{r.name}", "enabled" if r.enabled else "disabled") for r in status()),
-        ("auto", "on" if _state.requested() else "off"),
+        ("auto", "on" if _state.pins_requested() else "off"),
         ("vllm_route", _vllm_route()),
         ("pins.state", "suspended" if stack.suspended() else "on"),
         *active,

@@ -5,16 +5,19 @@ core, each worker). ``VLLM_PLUGINS`` naming other plugins only keeps vLLM from c
 :func:`register` activates fi_patches as ``fi_patches.auto`` does (the default pin table,
 ``FI_PATCHES_PINS``, applied when FlashInfer is imported) and, with ``FI_PATCHES_VLLM_ROUTE=1``,
 arms the routing of vLLM's cute-dsl MXFP8 linears. It is off unless the user opts in (see
-:mod:`fi_patches.vllm.settings`), idempotent, never raises into vLLM, asks for no device and
-imports no FlashInfer, and logs one line saying what it did.
+:func:`fi_patches._env.vllm_settings`), idempotent, never raises into vLLM, asks for no device and
+imports no FlashInfer, and logs one line saying what it did. :func:`plugin_self_check` is the
+plugin feature's behavioural self-check.
 """
 
 from __future__ import annotations
 
 import logging
 
+from fi_patches import _env
 from fi_patches._logging import get_logger
-from fi_patches.host_plugin import Entry, activate_pins
+from fi_patches.activation import Entry, activate_pins, entry_point_problem
+from fi_patches.compat.device import Device
 from fi_patches.internals import vllm as upstream
 
 logger = get_logger(__name__)
@@ -24,13 +27,10 @@ PREFIX = "fi_patches vLLM plugin"
 
 def _activate() -> tuple[int, str]:
     """Do what the settings ask; the level and text of the one line to log."""
-    from fi_patches.vllm.settings import read
-
-    settings = read()
+    settings = _env.vllm_settings()
     if not settings.active:
         return logging.DEBUG, f"off ({settings.why})"
     from fi_patches.features import VLLM_PLUGIN
-    from fi_patches.vllm.self_check import plugin_self_check
 
     level, text, active = activate_pins(
         VLLM_PLUGIN, upstream.VLLM, plugin_self_check, "vLLM", settings.why
@@ -40,6 +40,16 @@ def _activate() -> tuple[int, str]:
 
         text = f"{text}; {route.arm()}"
     return level, text
+
+
+def plugin_self_check(device: Device) -> str | None:
+    """vLLM reads the group fi_patches' entry point is in, and that entry point is installed."""
+    group = upstream.plugins_group()
+    if group != upstream.GENERAL_PLUGINS_GROUP:
+        return f"vLLM loads general plugins from {group!r}, not {upstream.GENERAL_PLUGINS_GROUP!r}"
+    return entry_point_problem(
+        upstream.GENERAL_PLUGINS_GROUP, upstream.ENTRY_POINT_NAME, upstream.ENTRY_POINT_VALUE
+    )
 
 
 _ENTRY = Entry(PREFIX, "vLLM", upstream.LOGGER, _activate, logger)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from fi_patches.compat import refresh
+from fi_patches import refresh
 from fi_patches.pins import PinTable
 from fi_patches.pins.default import register_pins
 from tests import cutedsl

@@ -12,7 +12,7 @@ pytest.importorskip("vllm", reason="vLLM is not installed here (`nox -s vllm` ru
 
 import torch
 
-from fi_patches.compat import refresh
+from fi_patches import refresh
 from fi_patches.mxfp8 import Route, explain
 from tests.vllm import layers
 from tests.vllm.calls import recording
