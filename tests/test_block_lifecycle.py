@@ -62,7 +62,7 @@ def test_a_block_made_inert_by_disable_stays_inert_after_enable(pins):
         ):
             assert lowlat.offered(runner, other_n, other_k, 8) == [other_pin]
             assert lowlat.offered(runner, N, K, 8) == lowlat.stock(N, K, 8)
-        assert stack.active_tables() == ()
+        assert stack.opened_tables() == ()
     finally:
         inert.__exit__(None, None, None)  # type: ignore[attr-defined]
         fi_patches.disable()
@@ -197,17 +197,17 @@ def test_route_memos_are_bounded_for_ever_new_tables(pins, sm103):
     """A long-lived context handed a new table on every call keeps at most ``MEMO_MAX`` routes,
     and not the tables of the routes it let go."""
     from fi_patches.mxfp8 import routes
-    from fi_patches.pinning import resolve
+    from fi_patches.pinning import stack
     from fi_patches.pinning.index import MEMO_MAX
     from fi_patches.pins import PinTable
 
     first, _ = pins
     mapping = lowlat.table(lowlat.entry(N, K, 5, 8, first)).to_mapping()
-    made = 2 * (MEMO_MAX + resolve._MEMO_MAX)
+    made = 2 * (MEMO_MAX + stack._MEMO_MAX)
     for _ in range(made):
         explain(N, K, 6, pins=PinTable.from_mapping(mapping))
     assert 0 < routes.memo_size() <= MEMO_MAX
-    assert _live("PinTable") < MEMO_MAX + resolve._MEMO_MAX + 10 < made
+    assert _live("PinTable") < MEMO_MAX + stack._MEMO_MAX + 10 < made
 
 
 def test_mapping_pins_are_accepted_by_mm_and_explain(pins, sm103):

@@ -25,8 +25,8 @@ from fi_patches.chain.errors import ReplayError
 from fi_patches.chain.ops import Op
 from fi_patches.chain.timing import Timed, Timer, Trial
 from fi_patches.pins.errors import PinTableError
-from fi_patches.pins.files import read_data_file
 from fi_patches.pins.keys import as_tactic, tactic_json
+from fi_patches.pins.reading import read_data_file
 
 FORMAT = "fi_patches.chain.timings/1"
 

@@ -117,8 +117,8 @@ def run_record(args: argparse.Namespace) -> int:
     from fi_patches.internals import tuner as fi_tuner
     from fi_patches.pins.diff import bucket_label
     from fi_patches.pins.errors import PinTableError
-    from fi_patches.pins.files import PIN_SUFFIXES
     from fi_patches.pins.merge import merge, provenance, rule_counts, runner_order
+    from fi_patches.pins.reading import PIN_SUFFIXES
     from fi_patches.pins.record import (
         TunerCacheError,
         is_fallback,

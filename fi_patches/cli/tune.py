@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from fi_patches.chain.spec import ChainSpec, chain_path
     from fi_patches.pins.default import default_pins
     from fi_patches.pins.errors import PinTableError
-    from fi_patches.pins.files import PIN_SUFFIXES
+    from fi_patches.pins.reading import PIN_SUFFIXES
     from fi_patches.pins.table import PinTable
 
     clash = overwrites_input(

@@ -10,8 +10,8 @@ from fi_patches.internals import flashinfer as fi
 from fi_patches.mxfp8.routes import Choice, Route, choice_for
 from fi_patches.pinning import stack
 from fi_patches.pinning.index import Memo
-from fi_patches.pinning.resolve import TableLike, pins_key
-from fi_patches.pins.generation import GENERATION as _GENERATION
+from fi_patches.pinning.stack import TableLike, pins_key
+from fi_patches.pins.default import GENERATION as _GENERATION
 from fi_patches.pins.table import PinTable
 
 _scope_of = stack._scope.get

@@ -19,8 +19,8 @@ from fi_patches._limits import LOW_LATENCY_MAX_ROWS, WIDE_MAX_ROWS
 from fi_patches.compat.evaluate import on_refresh, status_of
 from fi_patches.pinning import stack
 from fi_patches.pinning.index import Memo
-from fi_patches.pinning.resolve import TableLike, candidate_tables, pins_key
-from fi_patches.pinning.stack import lookup, lookup_wide
+from fi_patches.pinning.stack import TableLike, pins_key, tables_in_force
+from fi_patches.pins.table import lookup, lookup_wide
 
 
 class Route(enum.Enum):
@@ -105,7 +105,7 @@ def _cute_dsl(
     if entry is None:
         return None, f"no [[cute_dsl]] pin covers n={n} k={k} rows={rows}"
     from fi_patches.cute_dsl.pinned_mm import plan_with
-    from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
+    from fi_patches.pinning.serving import mxfp8_runner_inputs
 
     planned = plan_with(n, k, rows, out_dtype, mxfp8_runner_inputs(n, k, rows, out_dtype), tables)
     if planned.tactic is None:
@@ -182,7 +182,7 @@ def choice_for(
     key = (n, k, rows, out_dtype, wide_max, pins_key(pins))
     choice = choices.get(key)
     if choice is None:
-        tables = candidate_tables(pins)
+        tables = tables_in_force(pins)
         with _lock:
             choice = choices.get(key)
             if choice is None:
@@ -217,6 +217,6 @@ def explain(
 def forget() -> None:
     """Choose every route again (after pins or features change): the pin state's generation
     moves on, which empties every scope's memo."""
-    from fi_patches.pins.generation import bump
+    from fi_patches.pins.default import bump
 
     bump()

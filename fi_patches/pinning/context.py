@@ -165,8 +165,8 @@ def _pinned(
     held: ExitStack, active: PinTable, sections: tuple[str, ...], mode: str
 ) -> Iterator[PinTable]:
     from fi_patches.pinning import stack
+    from fi_patches.pinning.index import runner_names
     from fi_patches.pinning.installation import hold_for
-    from fi_patches.pinning.sections import runner_names
 
     hold = hold_for(runner_names(active))
     held.callback(hold.release)

@@ -109,7 +109,7 @@ def check_cute_dsl(table: PinTable) -> list[PinProblem]:
     from fi_patches.compat.device import current_device
     from fi_patches.cute_dsl.runner import cute_dsl_runner
     from fi_patches.cute_dsl.validity import why_not_runnable
-    from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
+    from fi_patches.pinning.serving import mxfp8_runner_inputs
 
     entries = table.entries("cute_dsl")
     if not entries:

@@ -1,5 +1,6 @@
-"""The default pin table: ``FI_PATCHES_PINS`` (a path), else what ``register_pins`` set, else
-an empty table."""
+"""The pin state this process holds below the engine: the default table (``FI_PATCHES_PINS``, a
+path, else what ``register_pins`` set, else an empty table), the pin files read so far, and the
+generation of the pin state that every cache of it is keyed on."""
 
 from __future__ import annotations
 
@@ -13,13 +14,27 @@ from fi_patches import _env
 from fi_patches import _words as words
 from fi_patches.compat.evaluate import on_refresh
 from fi_patches.pins.errors import PinTableError
-from fi_patches.pins.generation import bump
 from fi_patches.pins.table import PinTable
 
 if TYPE_CHECKING:
     from fi_patches.compat.evaluate import FeatureStatus
 
 ENV = _env.PINS.name
+
+GENERATION = [0]
+"""The generation of the pin state: one counter that changes whenever the tables that could
+serve a call may have (a block left, process tables added or removed, pins suspended or resumed,
+a table registered, ``fi_patches.refresh()``). Hot paths cache on it, with the context's scope,
+at the cost of one read; it is in a list so that readers bind it once (``GENERATION[0]``)."""
+
+_generation_lock = threading.Lock()
+
+
+def bump() -> None:
+    """Mark every cache keyed on the generation stale."""
+    with _generation_lock:
+        GENERATION[0] += 1
+
 
 _lock = threading.Lock()
 _registered: PinTable | None = None

@@ -126,7 +126,7 @@ def local_fingerprint() -> Fingerprint:
     from fi_patches.pinning import stack
     from fi_patches.ranks.settings import fi_patches_settings
 
-    active, active_info = _tables_fields("pins.active", stack.active_tables())
+    active, active_info = _tables_fields("pins.active", stack.opened_tables())
     default, default_info = _default_fields()
     fields: Fields = (
         ("fi_patches", VERSION),
