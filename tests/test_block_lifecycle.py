@@ -219,3 +219,32 @@ def test_mapping_pins_are_accepted_by_mm_and_explain(pins, sm103):
     choice = explain(N, K, 6, pins=mapping)
     assert choice.route.value == "cutedsl_low_latency"
     assert explain(N, K, 6, pins=mapping) is choice  # equal mappings share one memo row
+
+
+def test_refresh_reads_a_pin_file_again_and_the_tables_in_force_follow(tmp_path, monkeypatch):
+    """A pin file is read once per process: editing it changes nothing until
+    ``fi_patches.refresh()``, after which the tables in force hold its new entries (the files
+    read and the tables-in-force memo both start again on the next call)."""
+    import fi_patches
+    from fi_patches.pinning import stack
+    from fi_patches.pins.table import lookup
+
+    path = tmp_path / "pins.toml"
+
+    def write(max_rows: int) -> None:
+        path.write_text(
+            '[meta]\ndevice = "*"\nflashinfer = ">=0.7.0,<0.8"\n\n[[low_latency]]\nn = 7168\n'
+            f"k = 1536\nmin_rows = 5\nmax_rows = {max_rows}\ntactic = [128, 8, 1, 1]\n"
+        )
+
+    write(8)
+    monkeypatch.setenv("FI_PATCHES_PINS", str(path))
+    (first,) = stack.tables_in_force()
+    assert lookup((first,), "low_latency", 7168, 1536, 8) is not None
+    write(6)
+    assert stack.tables_in_force() == (first,)
+    fi_patches.refresh()
+    (second,) = stack.tables_in_force()
+    assert second is not first
+    assert lookup((second,), "low_latency", 7168, 1536, 8) is None
+    assert lookup((second,), "low_latency", 7168, 1536, 6) is not None

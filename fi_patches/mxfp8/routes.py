@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fi_patches._limits import LOW_LATENCY_MAX_ROWS, WIDE_MAX_ROWS
-from fi_patches.compat.evaluate import on_refresh, status_of
+from fi_patches.compat.evaluate import status_of
 from fi_patches.pinning import stack
 from fi_patches.pinning.index import Memo
 from fi_patches.pinning.stack import TableLike, pins_key, tables_in_force
@@ -211,12 +211,3 @@ def explain(
     import torch
 
     return choice_for(n, k, rows, out_dtype or torch.bfloat16, pins, wide_max)
-
-
-@on_refresh
-def forget() -> None:
-    """Choose every route again (after pins or features change): the pin state's generation
-    moves on, which empties every scope's memo."""
-    from fi_patches.pins.default import bump
-
-    bump()

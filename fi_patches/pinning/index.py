@@ -340,6 +340,8 @@ class PinIndex:
 
 
 _merged: dict[tuple[tuple[Any, str], ...], PinIndex] = {}
+"""Indexes by their ``(table, mode)`` pairs (a function of the tables alone; what an index
+remembers of calls is forgotten at ``fi_patches.refresh()``, see :func:`merged_indexes`)."""
 _MERGED_MAX = 256
 _merged_lock = threading.Lock()
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 import contextvars
 import functools
 import logging
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +37,7 @@ from fi_patches._logging import get_logger, log_once
 from fi_patches.internals import tuner as fi_tuner
 from fi_patches.patching.subclasses import stock_method
 from fi_patches.pinning.index import PinIndex, key_hits, section_hit
+from fi_patches.pins.default import REFRESHED, WeakCache
 from fi_patches.pins.keys import as_tactic, extras_text
 
 logger = get_logger(__name__)
@@ -49,15 +49,9 @@ the call's key for the once-per-call verdicts."""
 Serving = tuple[int, Any, Any, tuple[Any, ...]]
 """``(position of the runner in the call's list, entry, tactic, key)``."""
 
-_verdicts: weakref.WeakKeyDictionary[type, dict[tuple[Any, ...], bool]] = (
-    weakref.WeakKeyDictionary()
-)
-"""Per runner class: ``(key, pin)`` -> whether its stock list offers the pin."""
-
-
-def forget_verdicts() -> None:
-    """Forget whether runners offer their pins (asked again on the next call)."""
-    _verdicts.clear()
+_verdicts: WeakCache[type, dict[tuple[Any, ...], bool]] = WeakCache(REFRESHED)
+"""Per runner class: ``(key, pin)`` -> whether its stock list offers the pin (asked again after
+``fi_patches.refresh()``)."""
 
 
 def signature(inputs: Sequence[Any]) -> tuple[Any, ...]:
@@ -86,13 +80,14 @@ def offers(runner: Any, found: Found, listing: Callable[[], Sequence[Any]]) -> b
     FlashInfer's cache does), with one error naming the entry when it does not (that key then
     gets the stock tactics)."""
     entry, pin, key = found
-    known = _verdicts.get(type(runner))
+    verdicts = _verdicts.fresh()
+    known = verdicts.get(type(runner))
     offered = None if known is None else known.get((key, pin))
     if offered is not None:
         return offered
     stock = listing()
     offered = pin in [as_tactic(t) for t in stock]
-    _verdicts.setdefault(type(runner), {})[(key, pin)] = offered
+    verdicts.setdefault(type(runner), {})[(key, pin)] = offered
     if not offered:
         name = type(runner).__name__
         log_once(

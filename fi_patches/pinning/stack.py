@@ -29,9 +29,16 @@ from typing import Any
 from fi_patches import _env
 from fi_patches._logging import get_logger, log_once
 from fi_patches.compat.device import current_device
-from fi_patches.compat.evaluate import on_refresh
 from fi_patches.pinning.index import NARROW, Memo, PinIndex, Probe, combine, merge
-from fi_patches.pins.default import GENERATION, as_table, bump, default_pins, registered_pins
+from fi_patches.pins.default import (
+    GENERATION,
+    REFRESHED,
+    Cache,
+    as_table,
+    bump,
+    default_pins,
+    registered_pins,
+)
 from fi_patches.pins.errors import PinTableError
 from fi_patches.pins.table import PinTable, lookup_wide
 
@@ -367,10 +374,10 @@ def suspended() -> str | None:
 TableLike = PinTable | str | os.PathLike[str] | Mapping[str, object]
 
 
-_memo: dict[tuple[Any, ...], tuple[PinTable, ...]] = {}
+_memo: Cache[tuple[Any, ...], tuple[PinTable, ...]] = Cache(REFRESHED)
 _MEMO_MAX = 1024
 """Rows of :data:`_memo` kept; past that it starts again (keys hold the tables in force)."""
-_mappings: dict[str, PinTable] = {}
+_mappings: Cache[str, PinTable] = Cache(REFRESHED)
 
 
 def pins_key(pins: object) -> object:
@@ -387,21 +394,29 @@ def _as_table(pins: TableLike) -> PinTable:
     """``as_table``, with a mapping validated once per content."""
     if isinstance(pins, Mapping):
         key = str(pins_key(pins))
-        found = _mappings.get(key)
+        mappings = _mappings.fresh()
+        found = mappings.get(key)
         if found is None:
-            if len(_mappings) >= 64:
-                _mappings.clear()
-            found = _mappings[key] = as_table(pins)
+            if len(mappings) >= 64:
+                mappings.clear()
+            found = mappings[key] = as_table(pins)
         return found
     return as_table(pins)
 
 
 def tables_in_force(pins: TableLike | None = None) -> tuple[PinTable, ...]:
-    """The tables to consult, in priority order, dropping (and logging once) a table chosen on
-    another device, and a bad default table; none at all while pins are suspended. Memoized on
-    what they depend on (the pins given, the active tables, ``FI_PATCHES_PINS``, the registered
-    table, the suspension), as hot paths ask on every call; ``fi_patches.refresh()`` forgets
-    it."""
+    """The tables in force here, in priority order: ``pins`` alone when given; else this
+    context's ``pinned_tactics()`` blocks (innermost first), then the process-wide tables
+    (``fi_patches.auto``), then the default table (``FI_PATCHES_PINS``, else ``register_pins``).
+    A given or default table chosen on another device is dropped (logged once), and so is a bad
+    default table; none at all while pins are suspended. This is the one meaning of "the tables
+    in force" (the routers, ``pinned_mm`` and the wide tile's tactics ask it); the engine's
+    wrappers read the same blocks and process tables through the scope's index, and meet the
+    default table once a block activates it.
+
+    Memoized on what it depends on (the pins given, the opened tables, ``FI_PATCHES_PINS``, the
+    registered table, the suspension), as hot paths ask on every call, until
+    ``fi_patches.refresh()``."""
     key = (
         pins_key(pins),
         opened_tables(),
@@ -409,20 +424,14 @@ def tables_in_force(pins: TableLike | None = None) -> tuple[PinTable, ...]:
         registered_pins(),
         suspended(),
     )
-    found = _memo.get(key)
+    memo = _memo.fresh()
+    found = memo.get(key)
     if found is None:
         found = _tables_in_force(pins)
-        if len(_memo) >= _MEMO_MAX:
-            _memo.clear()
-        _memo[key] = found
+        if len(memo) >= _MEMO_MAX:
+            memo.clear()
+        memo[key] = found
     return found
-
-
-@on_refresh
-def forget() -> None:
-    _memo.clear()
-    _mappings.clear()
-    bump()
 
 
 def _vetted(table: PinTable) -> bool:
