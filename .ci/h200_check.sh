@@ -27,6 +27,6 @@ PY
 echo "--- FI_PATCHES_DEVICE=sm_103 on a real CUDA box: the self-check runs on CUDA tensors"
 FI_PATCHES_DEVICE=sm_103 PYTHONPATH=/tmp/fake:$PWD python3 -m fi_patches doctor
 echo "--- probe inputs at the schema's bounds on a CUDA device: one activation row allocated"
-python3 -c "import torch; from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs; from fi_patches.pins.schema import K_MAX, N_MAX, ROWS_MAX; b = torch.cuda.memory_allocated(); a = mxfp8_runner_inputs(N_MAX, K_MAX, ROWS_MAX)[0]; print('activation', a.device, tuple(a.shape), 'bytes allocated', torch.cuda.memory_allocated() - b)"
+python3 -c "import torch; from fi_patches.pinning.serving import mxfp8_runner_inputs; from fi_patches.pins.schema import K_MAX, N_MAX, ROWS_MAX; b = torch.cuda.memory_allocated(); a = mxfp8_runner_inputs(N_MAX, K_MAX, ROWS_MAX)[0]; print('activation', a.device, tuple(a.shape), 'bytes allocated', torch.cuda.memory_allocated() - b)"
 echo "--- CPU-capable tests on the GPU machine"
 python3 -m pytest -q -p no:cacheprovider tests/test_pin_table.py tests/test_compat.py tests/test_fault_injection.py 2>&1 | tail -15

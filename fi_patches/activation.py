@@ -61,8 +61,8 @@ def _apply(module: Any = None) -> None:
         try:
             from fi_patches.pinning import stack
             from fi_patches.pinning.context import applicable
+            from fi_patches.pinning.index import runner_names
             from fi_patches.pinning.installation import hold_for
-            from fi_patches.pinning.sections import runner_names
 
             active, sections = applicable(None, _process_wide())
             if active is None:

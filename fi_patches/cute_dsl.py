@@ -25,8 +25,8 @@ from fi_patches._logging import get_logger, log_once
 from fi_patches.compat.device import current_device
 from fi_patches.compat.evaluate import status_of
 from fi_patches.internals import flashinfer as fi
-from fi_patches.pinning.resolve import TableLike, candidate_tables
-from fi_patches.pinning.stack import lookup
+from fi_patches.pinning.stack import TableLike, tables_in_force
+from fi_patches.pins.table import lookup
 
 logger = get_logger(__name__)
 
@@ -62,7 +62,7 @@ def plan(
     n: int, k: int, rows: int, out_dtype: Any, inputs: list[Any], pins: TableLike | None = None
 ) -> Plan:
     """The plan for ``rows`` rows of weight ``(n, k)``: decided once per table and problem."""
-    return plan_with(n, k, rows, out_dtype, inputs, candidate_tables(pins))
+    return plan_with(n, k, rows, out_dtype, inputs, tables_in_force(pins))
 
 
 def plan_with(
@@ -142,7 +142,7 @@ def pinned_mm(
     with its 1-D swizzled scales. Without a pin covering the rows, with the feature off, or with
     a pin that would not run as pinned here, this is stock ``mm_mxfp8(backend="cute-dsl")``.
     """
-    return pinned_mm_with(a, a_scale, weight, weight_scale, out_dtype, out, candidate_tables(pins))
+    return pinned_mm_with(a, a_scale, weight, weight_scale, out_dtype, out, tables_in_force(pins))
 
 
 def pinned_mm_with(

@@ -23,14 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fi_patches._limits import LOW_LATENCY_MAX_ROWS, WIDE_MAX_ROWS
-from fi_patches.compat.evaluate import on_refresh, status_of
+from fi_patches.compat.evaluate import status_of
 from fi_patches.internals import flashinfer as fi
 from fi_patches.pinning import stack
 from fi_patches.pinning.index import Memo
-from fi_patches.pinning.resolve import TableLike, candidate_tables, pins_key
-from fi_patches.pinning.stack import lookup, lookup_wide
-from fi_patches.pins.generation import GENERATION as _GENERATION
-from fi_patches.pins.table import PinTable
+from fi_patches.pinning.stack import TableLike, pins_key, tables_in_force
+from fi_patches.pins.default import GENERATION as _GENERATION
+from fi_patches.pins.table import PinTable, lookup, lookup_wide
 
 
 class Route(enum.Enum):
@@ -54,7 +53,7 @@ class Choice:
 
 
 _lock = threading.Lock()
-_scope_of = stack._scope.get
+_scope_of = stack.scope
 _CHOICES = "mxfp8.routes"
 """The key, in a scope's memo (:meth:`fi_patches.pinning.stack._Scope.memo`), of the routes
 chosen in that scope: they go with the scope, and are chosen again when the pin state's
@@ -115,7 +114,7 @@ def _cute_dsl(
     if entry is None:
         return None, f"no [[cute_dsl]] pin covers n={n} k={k} rows={rows}"
     from fi_patches.cute_dsl import plan_with
-    from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
+    from fi_patches.pinning.serving import mxfp8_runner_inputs
 
     planned = plan_with(n, k, rows, out_dtype, mxfp8_runner_inputs(n, k, rows, out_dtype), tables)
     if planned.tactic is None:
@@ -192,7 +191,7 @@ def choice_for(
     key = (n, k, rows, out_dtype, wide_max, pins_key(pins))
     choice = choices.get(key)
     if choice is None:
-        tables = candidate_tables(pins)
+        tables = tables_in_force(pins)
         with _lock:
             choice = choices.get(key)
             if choice is None:
@@ -221,15 +220,6 @@ def explain(
     import torch
 
     return choice_for(n, k, rows, out_dtype or torch.bfloat16, pins, wide_max)
-
-
-@on_refresh
-def forget() -> None:
-    """Choose every route again (after pins or features change): the pin state's generation
-    moves on, which empties every scope's memo."""
-    from fi_patches.pins.generation import bump
-
-    bump()
 
 
 def _wide_kernel(choice: Choice) -> Any:

@@ -9,7 +9,7 @@ from typing import Any
 
 from fi_patches.compat.device import Device
 from fi_patches.internals import flashinfer as fi
-from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
+from fi_patches.pinning.serving import mxfp8_runner_inputs
 from fi_patches.pins.keys import as_tactic, tactic_json
 
 _SMALL = (512, 1024)

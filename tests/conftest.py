@@ -58,7 +58,7 @@ def clean_state(
     assert installed_count() == 0, "a test left the pinning wrappers installed"
     assert GUARD.count == 0, "a test left the automatic rank guard installed"
     assert stack.suspended() is None, "a test left pins suspended"
-    assert stack.active_tables() == (), "a test left pin tables active"
+    assert stack.opened_tables() == (), "a test left pin tables active"
     register_pins(None)
     refresh()
 

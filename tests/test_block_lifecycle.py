@@ -62,7 +62,7 @@ def test_a_block_made_inert_by_disable_stays_inert_after_enable(pins):
         ):
             assert lowlat.offered(runner, other_n, other_k, 8) == [other_pin]
             assert lowlat.offered(runner, N, K, 8) == lowlat.stock(N, K, 8)
-        assert stack.active_tables() == ()
+        assert stack.opened_tables() == ()
     finally:
         inert.__exit__(None, None, None)  # type: ignore[attr-defined]
         fi_patches.disable()
@@ -198,17 +198,17 @@ def test_route_memos_are_bounded_for_ever_new_tables(pins, sm103):
     """A long-lived context handed a new table on every call keeps at most ``MEMO_MAX`` routes,
     and not the tables of the routes it let go."""
     from fi_patches import mxfp8 as routes
-    from fi_patches.pinning import resolve
+    from fi_patches.pinning import stack
     from fi_patches.pinning.index import MEMO_MAX
     from fi_patches.pins import PinTable
 
     first, _ = pins
     mapping = lowlat.table(lowlat.entry(N, K, 5, 8, first)).to_mapping()
-    made = 2 * (MEMO_MAX + resolve._MEMO_MAX)
+    made = 2 * (MEMO_MAX + stack._MEMO_MAX)
     for _ in range(made):
         explain(N, K, 6, pins=PinTable.from_mapping(mapping))
     assert 0 < routes.memo_size() <= MEMO_MAX
-    assert _live("PinTable") < MEMO_MAX + resolve._MEMO_MAX + 10 < made
+    assert _live("PinTable") < MEMO_MAX + stack._MEMO_MAX + 10 < made
 
 
 def test_mapping_pins_are_accepted_by_mm_and_explain(pins, sm103):
@@ -220,3 +220,32 @@ def test_mapping_pins_are_accepted_by_mm_and_explain(pins, sm103):
     choice = explain(N, K, 6, pins=mapping)
     assert choice.route.value == "cutedsl_low_latency"
     assert explain(N, K, 6, pins=mapping) is choice  # equal mappings share one memo row
+
+
+def test_refresh_reads_a_pin_file_again_and_the_tables_in_force_follow(tmp_path, monkeypatch):
+    """A pin file is read once per process: editing it changes nothing until
+    ``fi_patches.refresh()``, after which the tables in force hold its new entries (the files
+    read and the tables-in-force memo both start again on the next call)."""
+    import fi_patches
+    from fi_patches.pinning import stack
+    from fi_patches.pins.table import lookup
+
+    path = tmp_path / "pins.toml"
+
+    def write(max_rows: int) -> None:
+        path.write_text(
+            '[meta]\ndevice = "*"\nflashinfer = ">=0.7.0,<0.8"\n\n[[low_latency]]\nn = 7168\n'
+            f"k = 1536\nmin_rows = 5\nmax_rows = {max_rows}\ntactic = [128, 8, 1, 1]\n"
+        )
+
+    write(8)
+    monkeypatch.setenv("FI_PATCHES_PINS", str(path))
+    (first,) = stack.tables_in_force()
+    assert lookup((first,), "low_latency", 7168, 1536, 8) is not None
+    write(6)
+    assert stack.tables_in_force() == (first,)
+    fi_patches.refresh()
+    (second,) = stack.tables_in_force()
+    assert second is not first
+    assert lookup((second,), "low_latency", 7168, 1536, 8) is None
+    assert lookup((second,), "low_latency", 7168, 1536, 6) is not None

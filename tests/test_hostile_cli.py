@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from fi_patches.pins.files import MAX_FILE_BYTES
+from fi_patches.pins.reading import MAX_FILE_BYTES
 from tests import lowlat
 from tests.conftest import flashinfer_or_skip
 

@@ -29,7 +29,7 @@ from packaging.specifiers import SpecifierSet
 from fi_patches import _toml
 from fi_patches.compat.device import normalize_arch
 from fi_patches.pins import PinTable, PinTableError
-from fi_patches.pins.files import MAX_FILE_BYTES
+from fi_patches.pins.reading import MAX_FILE_BYTES
 from fi_patches.pins.schema import (
     CLUSTER_MAX,
     K_MAX,

@@ -3,7 +3,7 @@ driving task, asyncio tasks it starts (which inherit its open blocks), threads (
 with none), blocks left from another context (a generator closed elsewhere, a task finalized
 by the garbage collector) and tasks cancelled or abandoned. After every step each live actor
 sees exactly the open blocks it holds or inherited, innermost first, through both
-``active_tables()`` and the hot path's index; once all are closed, no pins remain anywhere.
+``opened_tables()`` and the hot path's index; once all are closed, no pins remain anywhere.
 The end-to-end tests at the bottom do the same through ``pinned_tactics`` and FlashInfer's real
 low-latency runner."""
 
@@ -25,8 +25,8 @@ from hypothesis import strategies as st
 import fi_patches
 from fi_patches.pinning import stack
 from fi_patches.pinning.index import PinIndex
-from fi_patches.pinning.sections import covering
 from fi_patches.pins import PinTable
+from fi_patches.pins.table import covering
 from tests import lowlat
 from tests.workers import barrier, workers
 
@@ -68,7 +68,7 @@ def observe() -> tuple[tuple[PinTable, ...], Any]:
     """What this context sees: the active tables and the hot path's pin for (N, K, 8)."""
     index = stack.current_index()
     entry = find(index, "low_latency", N, K, 8) if index is not None else None
-    return stack.active_tables(), entry
+    return stack.opened_tables(), entry
 
 
 @dataclass(eq=False)
@@ -248,7 +248,7 @@ def test_any_interleaving_leaves_exactly_the_open_blocks_active(data):
         loop.close()
         gc.unfreeze()
     assert unexpected == []
-    assert stack.active_tables() == () and stack.current_index() is None
+    assert stack.opened_tables() == () and stack.current_index() is None
     assert time.thread_time() - cpu < CPU_BOUND_S
     assert time.monotonic() - started < WALL_BOUND_S
 
@@ -281,9 +281,9 @@ def test_generators_closed_in_the_order_opened_leave_no_pins(pinning):
     assert lowlat.offered(runner, N, K, 8) == [stock[2]]
     g1.close()
     assert lowlat.offered(runner, N, K, 8) == [stock[2]]
-    assert stack.active_tables() == (second,)
+    assert stack.opened_tables() == (second,)
     g2.close()
-    assert stack.active_tables() == ()
+    assert stack.opened_tables() == ()
     assert lowlat.offered(runner, N, K, 8) == stock
 
 
@@ -295,7 +295,7 @@ def test_a_generator_closed_in_another_thread_leaves_its_pins_there_too(pinning)
     assert lowlat.offered(runner, N, K, 8) == [stock[1]]
     with workers(name="closer") as pool:
         pool.start(g.close)
-    assert stack.active_tables() == ()
+    assert stack.opened_tables() == ()
     assert lowlat.offered(runner, N, K, 8) == stock
 
 
@@ -359,7 +359,7 @@ def test_tasks_inherit_open_blocks_until_they_close_and_abandoned_tasks_unwind(p
         "abandoned": [stock[3]],
         "main": stock,
     }
-    assert stack.active_tables() == ()
+    assert stack.opened_tables() == ()
 
 
 @pytest.mark.parametrize("order", ["lifo", "fifo"])

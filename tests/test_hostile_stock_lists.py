@@ -138,7 +138,7 @@ def test_an_error_raised_while_checking_is_a_problem_of_each_entry(pinning):
 
 
 def test_probing_a_bucket_at_the_bounds_allocates_one_row():
-    from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
+    from fi_patches.pinning.serving import mxfp8_runner_inputs
     from fi_patches.pins.schema import K_MAX, N_MAX, ROWS_MAX
 
     a, b, *_, out, _ = mxfp8_runner_inputs(N_MAX, K_MAX, ROWS_MAX)

@@ -166,9 +166,9 @@ def test_disable_from_below_leaves_open_blocks_where_activation_was_never_import
         from fi_patches.pinning import stack
         from fi_patches.pinning.installation import installed_count
         with fi_patches.pinned_tactics({str(pins)!r}):
-            before = ("fi_patches.activation" in sys.modules, len(stack.active_tables()))
+            before = ("fi_patches.activation" in sys.modules, len(stack.opened_tables()))
             startup.disable()
-            print(before, len(stack.active_tables()), installed_count())
+            print(before, len(stack.opened_tables()), installed_count())
         """
     )
     done = subprocess.run(

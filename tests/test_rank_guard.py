@@ -212,7 +212,7 @@ def disable_mode():
             later_pins = later is not None
         return {{
             "lists": lists, "stock": lists == stock, "suspended": stack.suspended() is not None,
-            "installed": installed_count() + GUARD.count, "active": len(stack.active_tables()),
+            "installed": installed_count() + GUARD.count, "active": len(stack.opened_tables()),
             "later_block_pins": later_pins,
         }}
 

@@ -26,7 +26,7 @@ def refused(table: PinTable, observe: Callable[[], Any]) -> str:
     with pytest.raises(PinTableError) as error, fi_patches.pinned_tactics(table):
         pytest.fail(f"{table.source} was applied although one entry is invalid")
     assert installed_count() == 0
-    assert stack.active_tables() == ()
+    assert stack.opened_tables() == ()
     assert observe() == before
     return str(error.value)
 

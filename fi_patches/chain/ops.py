@@ -9,7 +9,7 @@ harness runs with torch stand-ins.
 FlashInfer's MXFP8 runners as ops of a chain: the low-latency runner, the cute-dsl runner and
 fi_patches' wide runner, each knowing its pin-table section and how a tactic reads as a pin.
 
-Tactics are listed from shape-only inputs (:func:`~fi_patches.pinning.probe_inputs.
+Tactics are listed from shape-only inputs (:func:`~fi_patches.pinning.serving.
 mxfp8_runner_inputs`), so listing works on a machine that cannot launch; launch inputs are
 built on the CUDA device on first use.
 
@@ -110,7 +110,7 @@ class Mxfp8Op(RunnerOp):
         return f"{self.section} runner for {self.n}x{self.k}"
 
     def _listing_inputs(self, rows: int) -> list[Any]:
-        from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
+        from fi_patches.pinning.serving import mxfp8_runner_inputs
 
         return mxfp8_runner_inputs(self.n, self.k, rows)
 

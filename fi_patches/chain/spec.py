@@ -21,8 +21,7 @@ from typing import Any
 
 from fi_patches._limits import LOW_LATENCY_MAX_ROWS, WIDE_MAX_ROWS
 from fi_patches.pins.errors import LEFT_OUT, PinProblem, PinTableError
-from fi_patches.pins.fields import FieldReader
-from fi_patches.pins.files import read_data_file
+from fi_patches.pins.reading import FieldReader, read_data_file
 from fi_patches.wide.tactics import WIDE_MIN_ROWS, pick_tile
 
 

@@ -36,8 +36,8 @@ from fi_patches._untrusted import value_text
 from fi_patches.chain.ops import Op
 from fi_patches.chain.spec import ReplayError, TuneError
 from fi_patches.pins.errors import PinTableError
-from fi_patches.pins.files import read_data_file
 from fi_patches.pins.keys import as_tactic, tactic_json
+from fi_patches.pins.reading import read_data_file
 
 
 @dataclass(frozen=True)

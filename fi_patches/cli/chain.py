@@ -75,7 +75,7 @@ def run_tune(args: argparse.Namespace) -> int:
     from fi_patches.chain.spec import ChainError, ChainSpec, chain_path
     from fi_patches.pins.default import default_pins
     from fi_patches.pins.errors import PinTableError
-    from fi_patches.pins.files import PIN_SUFFIXES
+    from fi_patches.pins.reading import PIN_SUFFIXES
     from fi_patches.pins.table import PinTable
 
     clash = overwrites_input(

@@ -116,7 +116,7 @@ def run_record(args: argparse.Namespace) -> int:
     from fi_patches.compat.installed import installed_flashinfer
     from fi_patches.internals import tuner as fi_tuner
     from fi_patches.pins.errors import PinTableError
-    from fi_patches.pins.files import PIN_SUFFIXES
+    from fi_patches.pins.reading import PIN_SUFFIXES
     from fi_patches.tools.merge import bucket_label, merge, provenance, rule_counts, runner_order
     from fi_patches.tools.record import (
         TunerCacheError,

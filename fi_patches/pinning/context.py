@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import weakref
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 
@@ -15,15 +14,13 @@ from fi_patches.compat.device import current_device
 from fi_patches.compat.evaluate import status_of
 from fi_patches.compat.installed import installed_flashinfer
 from fi_patches.features import PRESEED, feature_of_section, pinned_sections
-from fi_patches.pins.default import as_table, default_pins
+from fi_patches.pins.default import REFRESHED, WeakCache, as_table, default_pins
 from fi_patches.pins.schema import SECTIONS
 from fi_patches.pins.table import PinTable
 
 logger = get_logger(__name__)
 
-_views: weakref.WeakKeyDictionary[PinTable, dict[tuple[str, ...], PinTable]] = (
-    weakref.WeakKeyDictionary()
-)
+_views: WeakCache[PinTable, dict[tuple[str, ...], PinTable]] = WeakCache(REFRESHED)
 _views_lock = threading.Lock()
 
 
@@ -32,7 +29,7 @@ def _view(table: PinTable, sections: tuple[str, ...]) -> PinTable:
     if all(not table.entries(s) for s in SECTIONS if s not in sections):
         return table
     with _views_lock:
-        views = _views.setdefault(table, {})
+        views = _views.fresh().setdefault(table, {})
         view = views.get(sections)
         if view is None:
             view = PinTable(table.meta, {s: table.entries(s) for s in sections}, table.source)
@@ -165,8 +162,8 @@ def _pinned(
     held: ExitStack, active: PinTable, sections: tuple[str, ...], mode: str
 ) -> Iterator[PinTable]:
     from fi_patches.pinning import stack
+    from fi_patches.pinning.index import runner_names
     from fi_patches.pinning.installation import hold_for
-    from fi_patches.pinning.sections import runner_names
 
     hold = hold_for(runner_names(active))
     held.callback(hold.release)

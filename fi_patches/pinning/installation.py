@@ -22,8 +22,8 @@ from typing import Any
 from fi_patches.internals import tuner as fi_tuner
 from fi_patches.patching import AttributePatch, PatchSet, RunnerMethodPatch
 from fi_patches.pinning.narrowing import valid_tactics_replacement
+from fi_patches.pinning.serving import choose_one_replacement, profile_replacement
 from fi_patches.pinning.tuner_cache import search_cache_replacement
-from fi_patches.pinning.tuning_calls import choose_one_replacement, profile_replacement
 
 
 class Hold:

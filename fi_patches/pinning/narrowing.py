@@ -21,6 +21,8 @@ from fi_patches._logging import get_logger, log_once
 from fi_patches.pinning import stack
 from fi_patches.pinning.index import MISS, ClassPins, PinIndex, direct_hit, section_hit
 from fi_patches.pinning.serving import (
+    CALL,
+    TUNING,
     Found,
     dtypes,
     offers,
@@ -28,7 +30,6 @@ from fi_patches.pinning.serving import (
     signature,
     stock_tactics,
 )
-from fi_patches.pinning.tuning_calls import CALL, TUNING
 from fi_patches.pins.keys import extras_text
 
 logger = get_logger(__name__)

@@ -17,15 +17,32 @@ context that inherited it while it was open. It never restores an earlier state
 from __future__ import annotations
 
 import contextvars
+import json
+import logging
+import os
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from fi_patches import _env
+from fi_patches._logging import get_logger, log_once
+from fi_patches.compat.device import current_device
 from fi_patches.pinning.index import NARROW, Memo, PinIndex, Probe, combine, merge
-from fi_patches.pins.generation import GENERATION, bump
-from fi_patches.pins.table import PinTable
+from fi_patches.pins.default import (
+    GENERATION,
+    REFRESHED,
+    Cache,
+    as_table,
+    bump,
+    default_pins,
+    registered_pins,
+)
+from fi_patches.pins.errors import PinTableError
+from fi_patches.pins.table import PinTable, lookup_wide
+
+logger = get_logger(__name__)
 
 
 class Block:
@@ -218,32 +235,17 @@ context (no block here, no process-wide table, pins not suspended), whatever oth
 and contexts hold."""
 
 
-def active_tables() -> tuple[PinTable, ...]:
-    """The tables consulted now, in priority order (none while pins are suspended)."""
+def opened_tables() -> tuple[PinTable, ...]:
+    """The tables opened here, in priority order: this context's blocks (innermost first), then
+    the process-wide tables; none while pins are suspended. Not the tables in force, which add
+    the default table (:func:`tables_in_force`); what a test checks is empty after every block
+    is left, and what the rank fingerprint shows beside the default table."""
     if _suspended is not None:
         return ()
     here = _scope.get()
     if here.include_process and _process_tables:
         return here.tables + _process_tables
     return here.tables
-
-
-def lookup(tables: tuple[PinTable, ...], section: str, n: int, k: int, rows: int) -> Any:
-    """The first entry of ``section`` covering ``(n, k, rows)`` in ``tables``, or None."""
-    for table in tables:
-        entry = table.row_pin(section, n, k, rows)
-        if entry is not None:
-            return entry
-    return None
-
-
-def lookup_wide(tables: tuple[PinTable, ...], n: int, k: int, tile: int) -> Any:
-    """The first ``[[wide]]`` entry for ``(n, k, tile)`` in ``tables``, or None."""
-    for table in tables:
-        entry = table.wide_pin(n, k, tile)
-        if entry is not None:
-            return entry
-    return None
 
 
 def push(table: PinTable, mode: str = NARROW) -> Block:
@@ -367,3 +369,105 @@ def resume() -> None:
 def suspended() -> str | None:
     """Why pins are suspended, or None."""
     return _suspended
+
+
+# The tables in force -------------------------------------------------------------------------
+
+TableLike = PinTable | str | os.PathLike[str] | Mapping[str, object]
+
+
+_memo: Cache[tuple[Any, ...], tuple[PinTable, ...]] = Cache(REFRESHED)
+_MEMO_MAX = 1024
+"""Rows of :data:`_memo` kept; past that it starts again (keys hold the tables in force)."""
+_mappings: Cache[str, PinTable] = Cache(REFRESHED)
+
+
+def pins_key(pins: object) -> object:
+    """A hashable stand-in for a ``pins=`` argument: a table or path is itself; equal mappings
+    share one key (their canonical JSON text)."""
+    if pins is None or isinstance(pins, (PinTable, str, os.PathLike)):
+        return pins
+    if isinstance(pins, Mapping):
+        return ("mapping", json.dumps(pins, sort_keys=True, default=repr))
+    return ("object", id(pins))
+
+
+def _as_table(pins: TableLike) -> PinTable:
+    """``as_table``, with a mapping validated once per content."""
+    if isinstance(pins, Mapping):
+        key = str(pins_key(pins))
+        mappings = _mappings.fresh()
+        found = mappings.get(key)
+        if found is None:
+            if len(mappings) >= 64:
+                mappings.clear()
+            found = mappings[key] = as_table(pins)
+        return found
+    return as_table(pins)
+
+
+def tables_in_force(pins: TableLike | None = None) -> tuple[PinTable, ...]:
+    """The tables in force here, in priority order: ``pins`` alone when given; else this
+    context's ``pinned_tactics()`` blocks (innermost first), then the process-wide tables
+    (``fi_patches.auto``), then the default table (``FI_PATCHES_PINS``, else ``register_pins``).
+    A given or default table chosen on another device is dropped (logged once), and so is a bad
+    default table; none at all while pins are suspended. This is the one meaning of "the tables
+    in force" (the routers, ``pinned_mm`` and the wide tile's tactics ask it); the engine's
+    wrappers read the same blocks and process tables through the scope's index, and meet the
+    default table once a block activates it.
+
+    Memoized on what it depends on (the pins given, the opened tables, ``FI_PATCHES_PINS``, the
+    registered table, the suspension), as hot paths ask on every call, until
+    ``fi_patches.refresh()``."""
+    key = (
+        pins_key(pins),
+        opened_tables(),
+        _env.get(_env.PINS),
+        registered_pins(),
+        suspended(),
+    )
+    memo = _memo.fresh()
+    found = memo.get(key)
+    if found is None:
+        found = _tables_in_force(pins)
+        if len(memo) >= _MEMO_MAX:
+            memo.clear()
+        memo[key] = found
+    return found
+
+
+def _vetted(table: PinTable) -> bool:
+    """Whether ``table`` was chosen on this device and release (logs once why not)."""
+    skip = table.skip_reason(current_device().arch)
+    if skip is not None:
+        log_once(logger, logging.WARNING, f"skip:{skip}", "fi_patches skips a pin table: %s", skip)
+    return skip is None
+
+
+def _tables_in_force(pins: TableLike | None) -> tuple[PinTable, ...]:
+    if suspended() is not None:
+        return ()  # pins are off in this process (the rank guard's "disable"), given ones too
+    if pins is not None:
+        explicit = _as_table(pins)
+        return (explicit,) if _vetted(explicit) else ()
+    # Tables active here were vetted when pushed (pinned_tactics, fi_patches.auto).
+    tables = opened_tables()
+    try:
+        default = default_pins()
+    except PinTableError as exc:
+        log_once(
+            logger,
+            logging.ERROR,
+            f"badpins:{exc}",
+            "fi_patches ignores its default pins: %s",
+            exc.one_line(),
+        )
+        return tables
+    if default and default not in tables and _vetted(default):
+        tables = (*tables, default)
+    return tables
+
+
+def wide_pin(n: int, k: int, tile: int, pins: TableLike | None = None) -> Any:
+    """The ``[[wide]]`` entry for weight ``(n, k)`` at activation tile ``tile``, or None."""
+    return lookup_wide(tables_in_force(pins), n, k, tile)

@@ -33,10 +33,8 @@ from fi_patches._logging import get_logger, log_once
 from fi_patches.compat.evaluate import on_refresh
 from fi_patches.internals import tuner as fi_tuner
 from fi_patches.pinning import stack
-from fi_patches.pinning.index import PRESEED, key_hits, merged_indexes
-from fi_patches.pinning.sections import SPECIALIZATIONS
-from fi_patches.pinning.serving import Listing, forget_verdicts, serving_pin, stock_tactics
-from fi_patches.pinning.tuning_calls import CALL
+from fi_patches.pinning.index import PRESEED, SPECIALIZATIONS, key_hits, merged_indexes
+from fi_patches.pinning.serving import CALL, Listing, serving_pin, stock_tactics
 from fi_patches.pins.keys import as_tactic
 
 logger = get_logger(__name__)
@@ -446,7 +444,6 @@ def forget() -> None:
     for index in merged_indexes():
         index.lookups.clear()
         index.answers.clear()
-    forget_verdicts()
 
 
 def _surprise() -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import threading
-import weakref
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -18,6 +17,7 @@ from fi_patches._limits import LOW_LATENCY_MAX_ROWS
 from fi_patches._untrusted import error_text
 from fi_patches.internals import flashinfer as fi
 from fi_patches.pinning import stack
+from fi_patches.pins.default import REFRESHED, WeakCache
 from fi_patches.pins.errors import PinProblem, PinTableError
 from fi_patches.pins.keys import bucket_groups, tactic_json
 from fi_patches.pins.schema import RowRangePin
@@ -108,7 +108,7 @@ def check_cute_dsl(table: PinTable) -> list[PinProblem]:
 
     from fi_patches.compat.device import current_device
     from fi_patches.cute_dsl import cute_dsl_runner, why_not_runnable
-    from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
+    from fi_patches.pinning.serving import mxfp8_runner_inputs
 
     entries = table.entries("cute_dsl")
     if not entries:
@@ -320,7 +320,9 @@ def checked_sections() -> tuple[str, ...]:
     return tuple(s for f in FEATURES if f.checker for s in f.sections)
 
 
-_checked: weakref.WeakKeyDictionary[PinTable, tuple[str, ...]] = weakref.WeakKeyDictionary()
+_checked: WeakCache[PinTable, tuple[str, ...]] = WeakCache(REFRESHED)
+"""Per table, the sections found valid on the installed FlashInfer (checked again after
+``fi_patches.refresh()``)."""
 _lock = threading.Lock()
 
 
@@ -343,7 +345,7 @@ def check_table(table: PinTable, sections: Iterable[str] | None = None) -> PinTa
     """
     wanted = tuple(sections) if sections is not None else checked_sections()
     with _lock:
-        done = _checked.get(table, ())
+        done = _checked.fresh().get(table, ())
     todo = [s for s in wanted if s not in done and table.entries(s)]
     problems = table_problems(table, todo)
     if problems:
@@ -351,7 +353,7 @@ def check_table(table: PinTable, sections: Iterable[str] | None = None) -> PinTa
             raise PinTableError(problems)
         return _without_invalid(table, problems)
     with _lock:
-        _checked[table] = tuple(sorted(set(done) | set(wanted)))
+        _checked.fresh()[table] = tuple(sorted(set(done) | set(wanted)))
     return table
 
 
@@ -380,5 +382,5 @@ def _without_invalid(table: PinTable, problems: list[PinProblem]) -> PinTable:
     )
     kept = table.without(dropped)
     with _lock:
-        _checked[kept] = checked_sections()
+        _checked.fresh()[kept] = checked_sections()
     return kept

@@ -1,19 +1,29 @@
-"""The default pin table: ``FI_PATCHES_PINS`` (a path), else what ``register_pins`` set, else
-an empty table."""
+"""The pin state this process holds below the engine: the default table (``FI_PATCHES_PINS``, a
+path, else what ``register_pins`` set, else an empty table), the pin files read so far, and the
+one way every cache of pin state is invalidated.
+
+That way is a generation counter, read when a cache is used: :data:`GENERATION` moves on
+whenever the tables that could serve a call may have changed, and :data:`REFRESHED` (which moves
+:data:`GENERATION` on too) only at ``fi_patches.refresh()``, for what holds until the installed
+FlashInfer, the device or a pin file is read again (files read, tables checked, what runners
+offer). A cache is a :class:`Cache` or, keyed weakly on a table or a FlashInfer class so as not
+to keep it alive, a :class:`WeakCache`; either empties itself on first use after its counter
+moved on, and hot paths compare ``GENERATION[0]`` themselves. ``fi_patches.refresh()`` reaches
+the counters through the one hook registered here."""
 
 from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from fi_patches import _env
 from fi_patches import _words as words
 from fi_patches.compat.evaluate import on_refresh
 from fi_patches.pins.errors import PinTableError
-from fi_patches.pins.generation import bump
 from fi_patches.pins.table import PinTable
 
 if TYPE_CHECKING:
@@ -21,9 +31,81 @@ if TYPE_CHECKING:
 
 ENV = _env.PINS.name
 
+GENERATION = [0]
+"""The generation of the pin state: one counter that changes whenever the tables that could
+serve a call may have (a block left, process tables added or removed, pins suspended or resumed,
+a table registered, ``fi_patches.refresh()``). Hot paths cache on it, with the context's scope,
+at the cost of one read; it is in a list so that readers bind it once (``GENERATION[0]``)."""
+
+_generation_lock = threading.Lock()
+
+
+REFRESHED = [0]
+"""The generation of what pin state was read and checked against: moves on only at
+``fi_patches.refresh()`` (then :data:`GENERATION` moves on too)."""
+
+
+def bump() -> None:
+    """Mark every cache keyed on the generation stale."""
+    with _generation_lock:
+        GENERATION[0] += 1
+
+
+@on_refresh
+def refreshed() -> None:
+    """``fi_patches.refresh()``: every cache of pin state, of either counter, is stale."""
+    with _generation_lock:
+        REFRESHED[0] += 1
+        GENERATION[0] += 1
+
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+class _Stamped(Generic[K, V]):
+    """The counter a cache holds for, and the value it had when the cache was last emptied."""
+
+    _counter: list[int]
+    _at: int
+
+    def _stamp(self, counter: list[int]) -> None:
+        self._counter = counter
+        self._at = counter[0]
+
+    def fresh(self) -> Any:
+        """The cache itself, emptied first if its counter moved on since it was filled."""
+        now = self._counter[0]
+        if self._at != now:
+            self.clear()  # type: ignore[attr-defined]
+            self._at = now
+        return self
+
+
+class Cache(_Stamped[K, V], dict[K, V]):
+    """A dict of values that hold for one generation of ``counter`` (:data:`GENERATION` or
+    :data:`REFRESHED`): read and write it through :meth:`fresh`."""
+
+    def __init__(self, counter: list[int]) -> None:
+        dict.__init__(self)
+        self._stamp(counter)
+
+
+class WeakCache(_Stamped[K, V], weakref.WeakKeyDictionary[K, V]):
+    """A :class:`Cache` keyed weakly (on a table or a FlashInfer class, which it must not keep
+    alive)."""
+
+    def __init__(self, counter: list[int]) -> None:
+        weakref.WeakKeyDictionary.__init__(self)
+        self._stamp(counter)
+
+
 _lock = threading.Lock()
 _registered: PinTable | None = None
-_file_cache: dict[str, PinTable] = {}
+
+
+_file_cache: Cache[str, PinTable] = Cache(REFRESHED)
+"""Pin files read, by path: read again after ``fi_patches.refresh()``."""
 
 
 def as_table(table: PinTable | str | os.PathLike[str] | Mapping[str, object]) -> PinTable:
@@ -40,19 +122,12 @@ def _load_file(path: Path) -> PinTable:
     hot paths resolve the default table on every call and must not touch the disk."""
     key = str(path)
     with _lock:
-        cached = _file_cache.get(key)
+        cached = _file_cache.fresh().get(key)
     if cached is None:
         cached = PinTable.from_file(path)
         with _lock:
-            _file_cache[key] = cached
+            _file_cache.fresh()[key] = cached
     return cached
-
-
-@on_refresh
-def forget_loaded_files() -> None:
-    """Read pin files again on next use."""
-    with _lock:
-        _file_cache.clear()
 
 
 def register_pins(table: PinTable | str | os.PathLike[str] | Mapping[str, object] | None) -> None:

@@ -39,8 +39,8 @@ from fi_patches._limits import LOW_LATENCY_MAX_ROWS, WIDE_MAX_TILE
 from fi_patches.compat.device import normalize_arch, unknown_arch
 from fi_patches.compat.versions import parse_specifier
 from fi_patches.pins.errors import PinProblem
-from fi_patches.pins.fields import FieldReader
 from fi_patches.pins.keys import tactic_json
+from fi_patches.pins.reading import FieldReader
 from fi_patches.pins.tuner_pin import SECTION as PIN_SECTION
 from fi_patches.pins.tuner_pin import check_pins, parse_pin
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +13,7 @@ from packaging.version import Version
 
 from fi_patches._untrusted import error_text, safe_name
 from fi_patches.pins.errors import LEFT_OUT, PinProblem, PinTableError
-from fi_patches.pins.fields import FieldReader, kind
-from fi_patches.pins.files import MAX_FILE_BYTES, read_pin_file
+from fi_patches.pins.reading import MAX_FILE_BYTES, FieldReader, kind, read_pin_file
 from fi_patches.pins.schema import (
     MAX_ENTRIES,
     MAX_PIN_ENTRIES,
@@ -29,7 +28,36 @@ from fi_patches.pins.schema import (
     parse_meta,
 )
 
-__all__ = ["MAX_FILE_BYTES", "PinTable"]
+__all__ = ["MAX_FILE_BYTES", "PinTable", "covering", "lookup", "lookup_wide"]
+
+
+def covering(group: Sequence[Any], rows: int) -> Any:
+    """The first entry of ``group`` (row-range entries of one weight shape, priority order)
+    whose ``min_rows..max_rows`` holds ``rows``, or None: the one rule by which a row-range
+    entry serves a call, for a table's own lookups and the engine's merged index alike."""
+    for entry in group:
+        if entry.min_rows <= rows <= entry.max_rows:
+            return entry
+    return None
+
+
+def lookup(tables: Iterable[PinTable], section: str, n: int, k: int, rows: int) -> Any:
+    """The first entry of ``section`` covering ``(n, k, rows)`` in ``tables`` (priority order),
+    or None."""
+    for table in tables:
+        entry = table.row_pin(section, n, k, rows)
+        if entry is not None:
+            return entry
+    return None
+
+
+def lookup_wide(tables: Iterable[PinTable], n: int, k: int, tile: int) -> Any:
+    """The first ``[[wide]]`` entry for ``(n, k, tile)`` in ``tables``, or None."""
+    for table in tables:
+        entry = table.wide_pin(n, k, tile)
+        if entry is not None:
+            return entry
+    return None
 
 
 class _Progress:
@@ -220,11 +248,7 @@ class PinTable:
     def row_pin(self, section: str, n: int, k: int, rows: int) -> RowRangePin | None:
         """The entry of ``section`` covering ``rows`` rows of the weight shape ``(n, k)``."""
         group = self._row_index[section].get((n, k))
-        if group:
-            for entry in group:
-                if entry.min_rows <= rows <= entry.max_rows:
-                    return entry
-        return None
+        return covering(group, rows) if group else None
 
     def cute_dsl_tactic(self, n: int, k: int, rows: int) -> CuteDslTactic | None:
         """The pinned ``cute-dsl`` tactic for ``rows`` rows of the weight ``(n, k)``, if any."""

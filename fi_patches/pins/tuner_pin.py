@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from fi_patches.pins.errors import LEFT_OUT, PinProblem
-from fi_patches.pins.fields import FieldReader, OversizeInteger, kind
 from fi_patches.pins.keys import ANY, ROWS, ShapePattern, as_tactic, tactic_json
+from fi_patches.pins.reading import FieldReader, OversizeInteger, kind
 
 SECTION = "pin"
 

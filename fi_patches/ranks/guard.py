@@ -319,7 +319,7 @@ def local_fingerprint() -> Fingerprint:
     from fi_patches.overview import status
     from fi_patches.pinning import stack
 
-    active, active_info = _tables_fields("pins.active", stack.active_tables())
+    active, active_info = _tables_fields("pins.active", stack.opened_tables())
     default, default_info = _default_fields()
     fields: Fields = (
         ("fi_patches", VERSION),

@@ -201,7 +201,7 @@ def runner_order(sm_version: int) -> TieOrder:
             import torch
 
             from fi_patches.cute_dsl import cute_dsl_runner
-            from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
+            from fi_patches.pinning.serving import mxfp8_runner_inputs
 
             cute = cute_dsl_runner(sm_version // 10, sm_version % 10, torch.bfloat16)
             listed: Sequence[Any] = cute.get_valid_tactics(mxfp8_runner_inputs(n, k, bucket), None)

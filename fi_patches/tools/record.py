@@ -27,7 +27,6 @@ from fi_patches._limits import LOW_LATENCY_MAX_ROWS
 from fi_patches.internals import tuner as fi_tuner
 from fi_patches.internals import vllm as vllm_layout
 from fi_patches.pins.errors import PinTableError
-from fi_patches.pins.files import read_data_file
 from fi_patches.pins.keys import (
     ROWS,
     Profile,
@@ -39,6 +38,7 @@ from fi_patches.pins.keys import (
     parse_file_key,
     tactic_json,
 )
+from fi_patches.pins.reading import read_data_file
 from fi_patches.pins.table import PinTable
 
 
@@ -71,7 +71,7 @@ class SectionKey:
 def section_of(key: TunerKey) -> SectionKey | None:
     """The section entry a key becomes, or None for a ``[[pin]]`` key. The sections' runners
     are tuned on ``mm_mxfp8``'s inputs, ``(rows, K)`` then ``(K, N)``."""
-    from fi_patches.pinning.sections import SPECIALIZATIONS
+    from fi_patches.pinning.index import SPECIALIZATIONS
 
     for spec in SPECIALIZATIONS:
         if key.runner in spec.runners and key.op in spec.recorded_ops:
@@ -115,7 +115,7 @@ def decision_of(key: TunerKey, apart: Apart | None = None) -> Decision:
     answers to one decision (lane ``""``). A runner tuned apart (``apart``) decides its own
     buckets, as do the runners the MXFP8 sections pin each on its own (with the runners they
     silence, by section)."""
-    from fi_patches.pinning.sections import SPECIALIZATIONS
+    from fi_patches.pinning.index import SPECIALIZATIONS
 
     for spec in SPECIALIZATIONS:
         if key.op in spec.recorded_ops and key.runner in (*spec.runners, *spec.silences):

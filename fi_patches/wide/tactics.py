@@ -138,7 +138,7 @@ logger = get_logger(__name__)
 def pinned_tactic(n: int, k: int, tile: int) -> Tactic | None:
     """The tactic a ``[[wide]]`` entry gives ``(n, k, tile)``: of the tables active here, else
     of the default table (``FI_PATCHES_PINS`` or ``register_pins``)."""
-    from fi_patches.pinning.resolve import wide_pin
+    from fi_patches.pinning.stack import wide_pin
 
     entry = wide_pin(n, k, tile)
     return None if entry is None else typed_tactic(entry.tactic)
