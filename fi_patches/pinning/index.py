@@ -23,6 +23,7 @@ from typing import Any
 
 from fi_patches._limits import WIDE_OP, WIDE_RUNNER
 from fi_patches.internals import flashinfer as fi
+from fi_patches.pins.default import REFRESHED
 from fi_patches.pins.keys import ShapePattern, as_tactic
 from fi_patches.pins.table import covering
 from fi_patches.pins.tuner_pin import SECTION as PIN_SECTION
@@ -299,6 +300,7 @@ class PinIndex:
 
     __slots__ = (
         "answers",
+        "at",
         "classes",
         "lookups",
         "modes",
@@ -327,6 +329,8 @@ class PinIndex:
         self.rank: dict[int, tuple[int, int]] = {}
         """``id(entry)`` -> ``(table, order)``: its table's place (0: the innermost) and its
         place among every entry here, across sections and runners."""
+        self.at = REFRESHED[0]
+        """The refresh generation the memos below were filled in (:meth:`fresh`)."""
         self.answers = Memo()
         """What the engine's wrappers decided here for a call's signature (a direct call of a
         runner): these pins decide the same again for it."""
@@ -338,18 +342,23 @@ class PinIndex:
         """Runner class -> per input-list length, the :data:`Probe` that every call pinned or
         silenced here passes and most other calls fail (see :mod:`fi_patches.pinning.stack`)."""
 
+    def fresh(self) -> PinIndex:
+        """This index, its memos of decided calls emptied first if ``fi_patches.refresh()``
+        moved the refresh counter since they were filled (the pin-state caches' one scheme: a
+        counter read on use; a runner's stock list may differ once probed again)."""
+        now = REFRESHED[0]
+        if self.at != now:
+            self.answers = Memo()
+            self.lookups = Memo()
+            self.at = now
+        return self
+
 
 _merged: dict[tuple[tuple[Any, str], ...], PinIndex] = {}
 """Indexes by their ``(table, mode)`` pairs (a function of the tables alone; what an index
-remembers of calls is forgotten at ``fi_patches.refresh()``, see :func:`merged_indexes`)."""
+remembers of calls holds for one refresh generation, see :meth:`PinIndex.fresh`)."""
 _MERGED_MAX = 256
 _merged_lock = threading.Lock()
-
-
-def merged_indexes() -> list[PinIndex]:
-    """Every index :func:`merge` keeps (to forget what they remember)."""
-    with _merged_lock:
-        return list(_merged.values())
 
 
 def merge(tables: Sequence[tuple[Any, str]]) -> PinIndex:

@@ -30,11 +30,11 @@ import weakref
 from typing import Any
 
 from fi_patches._logging import get_logger, log_once
-from fi_patches.compat.evaluate import on_refresh
 from fi_patches.internals import tuner as fi_tuner
 from fi_patches.pinning import stack
-from fi_patches.pinning.index import PRESEED, SPECIALIZATIONS, key_hits, merged_indexes
+from fi_patches.pinning.index import PRESEED, SPECIALIZATIONS, key_hits
 from fi_patches.pinning.serving import CALL, Listing, serving_pin, stock_tactics
+from fi_patches.pins.default import REFRESHED
 from fi_patches.pins.keys import as_tactic
 
 logger = get_logger(__name__)
@@ -257,6 +257,7 @@ def search_cache_replacement(original: Any, gate: Any) -> Any:
     (:func:`_general`)."""
     serving_state, context, plain = stack.SERVING, stack.CONTEXT, stack.PLAIN
     here, in_force, unreached = stack.scope, stack.current_index, UNREACHED
+    refreshed = REFRESHED
 
     def lean(
         self: Any,
@@ -281,6 +282,8 @@ def search_cache_replacement(original: Any, gate: Any) -> Any:
                 return original(self, custom_op, runners, input_shapes, tuning_config, inputs)
             if inputs is not None and not self.is_tuning_mode:  # a serving lookup
                 try:
+                    if index.at != refreshed[0]:
+                        index.fresh()
                     row = index.lookups.get((custom_op, input_shapes))
                     # A key some entry may pin (a row not yet decided: of an op pinned here)
                     if (
@@ -370,7 +373,7 @@ def _general(
                 answer = None
                 if inputs is not None:
                     try:
-                        row = index.lookups.get((op, shapes))
+                        row = index.fresh().lookups.get((op, shapes))
                     except TypeError:  # shapes that do not hash: decided afresh
                         row = None
                     answer = _served(tuner, index, row, op, runners, shapes, config, inputs)
@@ -435,15 +438,6 @@ def _checked(
         tactic,
     )
     return result
-
-
-@on_refresh
-def forget() -> None:
-    """``fi_patches.refresh()``: every index decides its calls afresh (a runner's stock list
-    may differ on the device or release probed again)."""
-    for index in merged_indexes():
-        index.lookups.clear()
-        index.answers.clear()
 
 
 def _surprise() -> None:
