@@ -194,3 +194,14 @@ def both(simulated: Any) -> Any:
     require_feature("pinned_tactics")
     require_feature("pinned_cute_dsl")
     return simulated
+
+
+@pytest.fixture(scope="session")
+def forkserver() -> Iterator[Any]:
+    """Runs ``python -m``/``-c`` commands in forks of a process that imported torch once
+    (:mod:`tests.forkserver`), for tests that run many of them."""
+    from tests.forkserver import ForkServer
+
+    server = ForkServer()
+    yield server
+    server.close()
