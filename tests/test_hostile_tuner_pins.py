@@ -22,6 +22,7 @@ from fi_patches.pins.merge import merge as merge_caches
 from fi_patches.pins.record import Tuned, TunerCacheError, from_v1_file
 from fi_patches.pins.toml_writer import dumps
 from fi_patches.pins.tuner_pin import runner_overlaps
+from tests.conftest import costly_examples
 
 pytestmark = pytest.mark.release_independent  # files and the index alone: no FlashInfer call
 
@@ -68,6 +69,7 @@ def _bounded(fn: Any) -> Any:
         assert time.process_time() - start < CPU_BOUND_S
 
 
+@costly_examples()
 @given(lockfiles(), st.sampled_from(["toml", "json"]))
 def test_generated_lockfiles_load_exactly_their_entries(tmp_path_factory, data, form):
     folder = tmp_path_factory.mktemp("lock", numbered=True)
@@ -96,6 +98,7 @@ hostile = st.one_of(
 )
 
 
+@costly_examples()
 @given(lockfiles().filter(lambda d: d["pin"]), st.data())
 def test_a_damaged_entry_is_refused_naming_it_or_loads_as_given(data, draw):
     position = draw.draw(st.integers(0, len(data["pin"]) - 1))
@@ -170,6 +173,7 @@ cache_keys = st.one_of(
 )
 
 
+@costly_examples()
 @given(st.dictionaries(cache_keys, cache_values, max_size=12), st.booleans())
 def test_a_damaged_cache_reads_as_entries_or_one_error(tmp_path_factory, data, truncate):
     path = tmp_path_factory.mktemp("cache", numbered=True) / "cache.json"
