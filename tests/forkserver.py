@@ -141,9 +141,32 @@ class ForkServer:
         self._folder = Path(tempfile.mkdtemp(prefix="forkserver-"))
         self._count = 0
 
-    def _start(self) -> subprocess.Popen[str]:
+    def _server_env(self) -> dict[str, str]:
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         env.pop("FI_PATCHES_AUTO", None)  # the startup hook would import fi_patches here
+        return env
+
+    def _startup_differs(self, env: dict[str, str], cwd: Path | str) -> bool:
+        """Whether a fresh interpreter with ``env`` would start differently from the server:
+        another ``PYTHON*`` setting (hash seed, warnings, ...), the startup hook on
+        (``FI_PATCHES_AUTO``), or a ``sitecustomize``/``usercustomize`` on its ``PYTHONPATH``.
+        Such a command gets a real subprocess instead."""
+        ours = self._server_env()
+
+        def startup(e: dict[str, str]) -> dict[str, str]:
+            return {k: v for k, v in e.items() if k.startswith("PYTHON") and k != "PYTHONPATH"}
+
+        if startup(env) != startup(ours) or env.get("FI_PATCHES_AUTO", "").strip():
+            return True
+        return any(
+            (Path(cwd, entry) / f"{name}.py").exists()
+            for entry in env.get("PYTHONPATH", "").split(os.pathsep)
+            if entry
+            for name in ("sitecustomize", "usercustomize")
+        )
+
+    def _start(self) -> subprocess.Popen[str]:
+        env = self._server_env()
         process = subprocess.Popen(
             [sys.executable, "-m", "tests.forkserver"],
             cwd=ROOT,
@@ -168,6 +191,16 @@ class ForkServer:
         """``[sys.executable, *argv]`` (``argv`` starting with ``-m`` or ``-c``) with exactly
         ``env`` in ``cwd``, as :func:`subprocess.run` with ``capture_output=True,
         text=True`` would return it."""
+        if self._startup_differs(env, cwd):
+            return subprocess.run(
+                [sys.executable, *argv],
+                capture_output=True,
+                text=True,
+                env=env,
+                cwd=cwd,
+                timeout=timeout,
+                check=False,
+            )
         with self._lock:
             process = self._idle.pop() if self._idle else None
             self._count += 1
