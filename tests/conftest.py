@@ -17,7 +17,8 @@ from fi_patches.compat import refresh, status_of
 from fi_patches.pins.default import register_pins
 
 # Hypothesis profiles: "ci" (the default) runs 2,000 examples per property from a fixed seed;
-# "deep" (pytest --hypothesis-profile=deep) runs 20,000 from a random one. Neither has a
+# "deep" (pytest --hypothesis-profile=deep) runs 20,000 from a random one (a quarter of either
+# for the properties marked ``@costly_examples()``). Neither has a
 # per-example deadline: the hostile-input tests assert their own wall bound.
 _SLOW_IS_FINE = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.large_base_example]
 settings.register_profile(
@@ -33,6 +34,13 @@ settings.register_profile(
     "deep", max_examples=20_000, deadline=None, suppress_health_check=_SLOW_IS_FINE, print_blob=True
 )
 settings.load_profile("ci")
+
+
+def costly_examples(share: int = 4) -> settings:
+    """Settings for a property whose every example writes files or runs an event loop: 1/``share``
+    of the loaded profile's examples (500 under "ci", from its fixed seed; 5,000 under "deep"),
+    which keeps each such test to a few seconds of the README's test run."""
+    return settings(max_examples=max(100, settings.default.max_examples // share))
 
 
 @pytest.fixture(autouse=True)
@@ -194,3 +202,14 @@ def both(simulated: Any) -> Any:
     require_feature("pinned_tactics")
     require_feature("pinned_cute_dsl")
     return simulated
+
+
+@pytest.fixture(scope="session")
+def forkserver() -> Iterator[Any]:
+    """Runs ``python -m``/``-c`` commands in forks of a process that imported torch once
+    (:mod:`tests.forkserver`), for tests that run many of them."""
+    from tests.forkserver import ForkServer
+
+    server = ForkServer()
+    yield server
+    server.close()

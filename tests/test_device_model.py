@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 from tests import lowlat
 from tests.conftest import require_release_supports
+from tests.forkserver import ForkServer
 
 ROOT = Path(__file__).resolve().parent.parent
 N, K = lowlat.SHAPE
@@ -50,28 +50,24 @@ print(json.dumps([choice.route.value, choice.reason]))
 """
 
 
-def _python(args: list[str], cwd: Path, cache: Path) -> subprocess.CompletedProcess[str]:
+def _python(
+    server: ForkServer, args: list[str], cwd: Path, cache: Path
+) -> subprocess.CompletedProcess[str]:
+    """``python ARGS`` in a fresh process (a fork of one that imported torch alone)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FI_PATCHES_")}
     env.update(FI_PATCHES_DEVICE="sm_100", FI_PATCHES_CACHE_DIR=str(cache))
-    done = subprocess.run(
-        [sys.executable, *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=600,
-        check=False,
-    )
+    done = server.run(args, env, cwd, timeout=600)
     assert "Traceback" not in done.stderr, done.stderr
     return done
 
 
-def test_doctor_pins_check_and_explain_agree_after_a_simulated_pass(tmp_path):
+def test_doctor_pins_check_and_explain_agree_after_a_simulated_pass(tmp_path, forkserver):
     require_release_supports("pinned_tactics")  # the simulated pass runs its self-check
     table = tmp_path / "pins.toml"
     table.write_text(TABLE)
     cache = tmp_path / "cache"
     simulated = _python(
+        forkserver,
         ["-c", SIMULATED_STATUS.format(root=str(ROOT), n=N, k=K, table=str(table))],
         tmp_path,
         cache,
@@ -83,19 +79,21 @@ def test_doctor_pins_check_and_explain_agree_after_a_simulated_pass(tmp_path):
     assert route == "stock"
     assert "cannot run n=7168 k=1536 rows=20: checking it raised AssertionError" in reason
 
-    doctor = _python(["-m", "fi_patches", "doctor", "--json"], tmp_path, cache)
+    doctor = _python(forkserver, ["-m", "fi_patches", "doctor", "--json"], tmp_path, cache)
     assert doctor.returncode == 0, doctor.stderr
     record = next(r for r in json.loads(doctor.stdout) if r["name"] == "pinned_cute_dsl")
     assert not record["enabled"]
     assert "cannot be checked without the device" in record["reason"]
 
-    check = _python(["-m", "fi_patches", "pins", "check", str(table)], tmp_path, cache)
+    check = _python(forkserver, ["-m", "fi_patches", "pins", "check", str(table)], tmp_path, cache)
     assert check.returncode == 3, check.stdout + check.stderr  # unchecked, as doctor says
     [line] = [x for x in check.stdout.splitlines() if x.startswith("[[cute_dsl]] #1")]
     assert " unchecked " in line
     assert line.rstrip().endswith(f"pinned_cute_dsl is disabled here: {record['reason']}")
 
-    explain = _python(["-c", EXPLAIN.format(n=N, k=K, table=str(table))], tmp_path, cache)
+    explain = _python(
+        forkserver, ["-c", EXPLAIN.format(n=N, k=K, table=str(table))], tmp_path, cache
+    )
     assert explain.returncode == 0, explain.stderr
     route, reason = json.loads(explain.stdout)
     assert route == "stock"

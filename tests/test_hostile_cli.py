@@ -1,14 +1,14 @@
-"""Bad pin files end to end, each in fresh processes with the real FlashInfer and
-``FI_PATCHES_DEVICE=sm_103``: ``doctor`` exits 0 and names the problem, ``pins check`` exits 1
-with one line, and ``import fi_patches.auto`` leaves FlashInfer stock (the low-latency runner
-offers its stock list) after one logged line. None prints a traceback."""
+"""Bad pin files end to end, each in a fresh process (a fork of one that imported torch alone,
+``tests/forkserver.py``) with the real FlashInfer and ``FI_PATCHES_DEVICE=sm_103``: ``doctor``
+exits 0 and names the problem, ``pins check`` exits 1 with one line, and ``import
+fi_patches.auto`` leaves FlashInfer stock (the low-latency runner offers its stock list) after
+one logged line. None prints a traceback."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ import pytest
 from fi_patches.pins.reading import MAX_FILE_BYTES
 from tests import lowlat
 from tests.conftest import flashinfer_or_skip
+from tests.forkserver import ForkServer
 
 N, K = lowlat.SHAPE
 ROOT = Path(__file__).resolve().parent.parent
@@ -112,24 +113,19 @@ MODES = {
 }
 
 
-def run(mode: str, path: Path) -> subprocess.CompletedProcess[str]:
+def run(server: ForkServer, mode: str, path: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("FI_PATCHES_")}
     env.update(FI_PATCHES_DEVICE="sm_103", FI_PATCHES_PINS=str(path), PYTHONPATH=str(ROOT))
     args = [arg.replace("{path}", str(path)) for arg in MODES[mode]]
-    return subprocess.run(
-        [sys.executable, *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=ROOT,
-        timeout=300,
-        check=False,
-    )
+    return server.run(args, env, ROOT, timeout=300)
 
 
 @pytest.fixture(scope="module")
-def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Any]:
-    """Every (file, mode) run once, two processes at a time."""
+def outcomes(
+    tmp_path_factory: pytest.TempPathFactory, forkserver: ForkServer
+) -> dict[tuple[str, str], Any]:
+    """Every (file, mode) run once, two processes at a time (forks of a process that imported
+    torch, which neither doctor nor ``fi_patches.auto`` reads at import)."""
     flashinfer_or_skip()
     folder = tmp_path_factory.mktemp("bad_pins")
     jobs = []
@@ -138,7 +134,9 @@ def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], 
         path.write_bytes(body)
         jobs += [(name, mode, path) for mode in MODES if mode == "check" or name in EVERY_MODE]
     with ThreadPoolExecutor(max_workers=2) as pool:
-        futures = {(name, mode): pool.submit(run, mode, path) for name, mode, path in jobs}
+        futures = {
+            (name, mode): pool.submit(run, forkserver, mode, path) for name, mode, path in jobs
+        }
         return {key: (future.result(), folder / key[0]) for key, future in futures.items()}
 
 

@@ -7,7 +7,8 @@ written, defaults filled as documented) or raises ``PinTableError`` whose every 
 the file, and, for a mutation of one entry's field, a problem naming that entry and field.
 Never another exception type, never a partial table, and each example within a CPU and a
 wall bound (correctness bounds against hangs, not speed targets). Example counts come from the
-Hypothesis profile (tests/conftest.py: ``ci`` by default, ``--hypothesis-profile=deep``)."""
+Hypothesis profile (tests/conftest.py: ``ci`` by default, ``--hypothesis-profile=deep``; the two
+properties that write files run a quarter of it, ``costly_examples``)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ from fi_patches.pins.schema import (
     TILER_MAX,
     WIDE_MAX_TILE,
 )
+from tests.conftest import costly_examples
 
 # Nothing here depends on the installed FlashInfer release: the compat matrix runs it once, in
 # the main run, not in every cell (see pyproject.toml).
@@ -282,6 +284,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("hostile")
 
 
+@costly_examples()
 @given(tables())
 def test_valid_tables_load_exactly_the_entries_given(folder, data):
     with within_bounds():
@@ -454,6 +457,7 @@ def hostile_files(draw: st.DrawFn) -> tuple[str, bytes, Any]:
     return suffix, body, duplicate
 
 
+@costly_examples()
 @given(hostile_files())
 def test_a_damaged_file_loads_as_the_parsers_read_it_or_is_refused_naming_it(folder, case):
     suffix, body, duplicate = case

@@ -28,6 +28,7 @@ from fi_patches.pinning.index import PinIndex
 from fi_patches.pins import PinTable
 from fi_patches.pins.table import covering
 from tests import lowlat
+from tests.conftest import costly_examples
 from tests.workers import barrier, workers
 
 # Nothing here depends on the installed FlashInfer release: the compat matrix runs it once, in
@@ -236,6 +237,7 @@ def quiet_pending_tasks(loop: asyncio.AbstractEventLoop) -> list[dict[str, Any]]
     return unexpected
 
 
+@costly_examples()
 @given(st.data())
 def test_any_interleaving_leaves_exactly_the_open_blocks_active(data):
     started, cpu = time.monotonic(), time.thread_time()

@@ -21,6 +21,7 @@ from fi_patches.pins.keys import TunerKey, as_tactic, parse_file_key
 from fi_patches.pins.tuner_pin import runner_overlaps
 from fi_patches.tools.merge import merge as merge_caches
 from fi_patches.tools.record import Tuned, TunerCacheError, dumps, from_v1_file
+from tests.conftest import costly_examples
 
 pytestmark = pytest.mark.release_independent  # files and the index alone: no FlashInfer call
 
@@ -67,6 +68,7 @@ def _bounded(fn: Any) -> Any:
         assert time.process_time() - start < CPU_BOUND_S
 
 
+@costly_examples()
 @given(lockfiles(), st.sampled_from(["toml", "json"]))
 def test_generated_lockfiles_load_exactly_their_entries(tmp_path_factory, data, form):
     folder = tmp_path_factory.mktemp("lock", numbered=True)
@@ -95,6 +97,7 @@ hostile = st.one_of(
 )
 
 
+@costly_examples()
 @given(lockfiles().filter(lambda d: d["pin"]), st.data())
 def test_a_damaged_entry_is_refused_naming_it_or_loads_as_given(data, draw):
     position = draw.draw(st.integers(0, len(data["pin"]) - 1))
@@ -169,6 +172,7 @@ cache_keys = st.one_of(
 )
 
 
+@costly_examples()
 @given(st.dictionaries(cache_keys, cache_values, max_size=12), st.booleans())
 def test_a_damaged_cache_reads_as_entries_or_one_error(tmp_path_factory, data, truncate):
     path = tmp_path_factory.mktemp("cache", numbered=True) / "cache.json"

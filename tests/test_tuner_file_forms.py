@@ -8,9 +8,9 @@ each writer in turn (FAULT INJECTION: the real installed FlashInfer, patched in 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -19,7 +19,7 @@ from fi_patches.internals import tuner as fi_tuner
 from fi_patches.tools.record import from_v1_file, from_v2_store
 from tests.conftest import require_release_supports
 from tests.drift.cases import all_cases
-from tests.fake_flashinfer import run_python
+from tests.forkserver import ForkServer
 
 
 def test_flashinfers_own_writers_write_what_fi_patches_reads():
@@ -126,9 +126,11 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
-def _run(tmp_path: Path, fault: str, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {"FI_PATCHES_CACHE_DIR": "off", "FI_PATCHES_DEVICE": "sm_103"}
-    return run_python(["-c", textwrap.dedent(fault) + RUN, *args], env=env)
+def _run(server: ForkServer, fault: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI in a fresh process (a fork of one that imported torch alone) after ``fault``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FI_PATCHES_")}
+    env.update(FI_PATCHES_CACHE_DIR="off", FI_PATCHES_DEVICE="sm_103")
+    return server.run(["-c", textwrap.dedent(fault) + RUN, *args], env, os.getcwd(), timeout=600)
 
 
 def _pinned_ops(result: subprocess.CompletedProcess[str]) -> dict:
@@ -144,17 +146,17 @@ def _pinned_ops(result: subprocess.CompletedProcess[str]) -> dict:
     ],
     ids=["v1_entries_as_tables", "v2_tactic_renamed"],
 )
-def test_a_writer_that_changed_its_form_disables_pinned_ops(tmp_path, fault, path, form):
+def test_a_writer_that_changed_its_form_disables_pinned_ops(forkserver, fault, path, form):
     require_release_supports("pinned_ops")
-    record = _pinned_ops(_run(tmp_path, fault, "doctor", "--json"))
+    record = _pinned_ops(_run(forkserver, fault, "doctor", "--json"))
     assert not record["enabled"]
     assert f"{path} misbehaves: the {form} it wrote for ('fi_patches_probe'" in record["reason"]
     assert "reads back as [no entry]" in record["reason"]
-    unpatched = _pinned_ops(_run(tmp_path, "", "doctor", "--json"))
+    unpatched = _pinned_ops(_run(forkserver, "", "doctor", "--json"))
     assert unpatched["enabled"], unpatched["reason"]
 
 
-def test_pins_record_of_a_file_in_a_changed_form_says_the_form_changed(tmp_path):
+def test_pins_record_of_a_file_in_a_changed_form_says_the_form_changed(tmp_path, forkserver):
     require_release_supports("pinned_ops")
     write = V1_DICT_ENTRIES + textwrap.dedent(
         f"""
@@ -165,7 +167,7 @@ def test_pins_record_of_a_file_in_a_changed_form_says_the_form_changed(tmp_path)
         tuner.save_configs({str(tmp_path / "cache.json")!r})
         """
     )
-    result = _run(tmp_path, write, "pins", "record", "--from", str(tmp_path / "cache.json"))
+    result = _run(forkserver, write, "pins", "record", "--from", str(tmp_path / "cache.json"))
     assert result.returncode == 1
     assert f"pins record: {tmp_path / 'cache.json'} holds no tuned entry" in result.stderr
     assert (

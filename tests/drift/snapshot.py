@@ -4,6 +4,7 @@ Comparing two snapshots says which attribute fi_patches left changed."""
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import types
@@ -18,8 +19,10 @@ _BOOKKEEPING = frozenset({"__warningregistry__"})
 """Names Python itself adds to a module (``warnings`` records what it warned about there)."""
 
 
+@functools.cache
 def from_fi_patches(filename: str) -> bool:
-    """Whether ``filename`` is a source file of the fi_patches package."""
+    """Whether ``filename`` is a source file of the fi_patches package (memoized: every
+    settle asks it of the same tens of thousands of functions)."""
     return os.path.abspath(filename).startswith(_FI_PATCHES_DIR)
 
 
@@ -97,6 +100,8 @@ def foreign_attributes(modules: tuple[str, ...], objects: tuple[Any, ...]) -> li
 
 
 def _is_foreign(value: Any) -> bool:
+    if type(value) is types.FunctionType:  # the common case, decided without the checks below
+        return from_fi_patches(value.__code__.co_filename)
     if isinstance(value, (staticmethod, classmethod)):
         value = value.__func__
     if isinstance(value, property):

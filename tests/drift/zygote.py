@@ -1,5 +1,5 @@
-"""The zygote: a process that imports torch and FlashInfer once (and nothing of fi_patches), then
-forks one child per drift job, so no case pays FlashInfer's import (seconds on CPU).
+"""The zygote: a process that imports torch, FlashInfer and the test helpers once (nothing of
+fi_patches), then forks one child per drift job, so no case pays those imports (seconds on CPU).
 
 Run by ``tests/drift/pool.py`` as ``python -m tests.drift.zygote '<modules JSON>'``; it imports
 the given modules (the boundary's declared modules), prints one ``{"ready": ...}`` line (or
@@ -24,6 +24,9 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any, TextIO
+
+HELPERS = ("pytest", "tests.simulation", "tests.mxfp8_inputs")
+"""Test helpers every child imports (none imports fi_patches), imported once in the zygote."""
 
 
 def _child(job: dict[str, Any]) -> None:
@@ -108,6 +111,12 @@ def main(argv: list[str]) -> int:
     for name in json.loads(argv[0]):
         with contextlib.suppress(Exception):  # absent in this release: its cases say so
             importlib.import_module(name)
+    # What every child imports before it breaks anything, none of it fi_patches: pytest and the
+    # device simulation (tenths of a second a case otherwise).
+    for name in HELPERS:
+        importlib.import_module(name)
+    leaked = [m for m in sys.modules if m.split(".")[0] == "fi_patches"]
+    assert not leaked, f"the zygote imported fi_patches ({leaked[:3]})"
     version = getattr(sys.modules["flashinfer"], "__version__", "?")
     ready = {"ready": True, "version": version, "seconds": round(time.monotonic() - started, 2)}
     answer.write(json.dumps(ready) + "\n")
