@@ -14,6 +14,7 @@ from packaging.version import Version
 
 from fi_patches._logging import forget_logged
 from fi_patches.compat import refresh, status_of
+from fi_patches.compat.evaluate import verify_fully
 from fi_patches.pins.default import register_pins
 
 # Hypothesis profiles: "ci" (the default) runs 2,000 examples per property from a fixed seed;
@@ -33,6 +34,11 @@ settings.register_profile(
     "deep", max_examples=20_000, deadline=None, suppress_health_check=_SLOW_IS_FINE, print_blob=True
 )
 settings.load_profile("ci")
+
+# The tests verify fi_patches, as the compat matrix does: every feature evaluation in this
+# process runs the verification steps (a serving process takes the matrix's verdict for them;
+# tests/test_serving_lean.py runs one).
+verify_fully()
 
 
 @pytest.fixture(autouse=True)

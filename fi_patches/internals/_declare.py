@@ -82,7 +82,9 @@ class Internal:
     binds its CuTe DSL runners; ``check`` exercises the object; an ``optional`` internal may be
     absent (older releases), and then its users take their documented fallback; one with
     ``since`` is needed only from that release on. A path part ending in ``()`` is called (a
-    singleton's ``get()``), so instance attributes can be declared too.
+    singleton's ``get()``), so instance attributes can be declared too. A ``verification``
+    check (it writes files or reads compiled code) runs where a release is verified, not in a
+    serving process on a release the compat matrix ran (``probe(verify=False)``).
     """
 
     key: str
@@ -96,6 +98,7 @@ class Internal:
     check: Check | None = field(default=None, compare=False)
     optional: bool = False
     since: Version | None = None
+    verification: bool = False
 
     @property
     def path(self) -> str:
@@ -126,15 +129,15 @@ class Internal:
             return False
         return True
 
-    def probe(self) -> str | None:
+    def probe(self, verify: bool = True) -> str | None:
         """None when the internal is there with the declared shape and behaviour, else the
-        reason, a clause that names it."""
+        reason, a clause that names it; ``verify=False`` skips a ``verification`` check."""
         try:
             obj = self.resolve()
         except InternalError as exc:
             return str(exc)
         problem = self._structure(obj)
-        if problem is None and self.check is not None:
+        if problem is None and self.check is not None and (verify or not self.verification):
             try:
                 with warnings.catch_warnings():  # a deprecated one is reported, not raised
                     warnings.simplefilter("ignore", DeprecationWarning)
@@ -241,10 +244,14 @@ class OneOf:
         except InternalError:
             return None
 
-    def probe(self) -> str | None:
+    @property
+    def verification(self) -> bool:
+        return any(o.verification for o in self.options)
+
+    def probe(self, verify: bool = True) -> str | None:
         problems = []
         for option in self.options:
-            problem = option.probe()
+            problem = option.probe(verify)
             if problem is None:
                 return None
             problems.append(problem)
