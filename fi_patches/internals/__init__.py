@@ -3,7 +3,7 @@ probe that guards it and the features that need it (``tuner.py``: FlashInfer's t
 and its caches' file forms, which pinning and recording any op need; ``flashinfer.py``: the
 MXFP8 internals; ``cute_dsl.py``: the CuTe DSL's, which the wide kernel and its FlashInfer base
 class use; ``tune_group.py``; ``vllm.py``; ``sglang.py``), and what FlashInfer's sources say
-(``catalog.py`` and ``op_names.py``: its runner classes and the op names it tunes). No other
+(``catalog.py``: its runner classes and the op names it tunes). No other
 module of fi_patches imports FlashInfer or names one of its private members, and only the DSL
 kernel module imports the DSL; ``tests/test_boundary.py`` checks that, and the drift suite
 (``tests/drift/``) breaks each declared internal in turn."""
