@@ -7,11 +7,11 @@ internals in :mod:`fi_patches.internals`)."""
 from __future__ import annotations
 
 from fi_patches.compat.feature import Feature
+from fi_patches.internals import PINNED_OPS as PINNED_OPS_NAME
 from fi_patches.internals import flashinfer as fi
 from fi_patches.internals import sglang as sg
 from fi_patches.internals import vllm as vl
 from fi_patches.internals.cute_dsl import CUTE_DSL
-from fi_patches.internals.names import PINNED_OPS as PINNED_OPS_NAME
 
 PINNED_OPS = Feature(
     name=PINNED_OPS_NAME,

@@ -23,8 +23,16 @@ from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from fi_patches.internals._declare import ATTRIBUTE, CALLABLE, CLASS, METHOD, Internal
-from fi_patches.internals.names import ENGINE, PINNED_OPS, PRESEED
+from fi_patches.internals import (
+    ATTRIBUTE,
+    CALLABLE,
+    CLASS,
+    ENGINE,
+    METHOD,
+    PINNED_OPS,
+    PRESEED,
+    Internal,
+)
 
 AUTOTUNER = "flashinfer.autotuner"
 AUTOTUNER_MODULE = "flashinfer.autotuner.autotuner"
