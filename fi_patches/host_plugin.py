@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 
 from fi_patches._logging import ROOT
-from fi_patches.compat.feature import Feature
+from fi_patches.features import Feature
 from fi_patches.internals import Dependency
 
 

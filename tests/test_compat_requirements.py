@@ -12,7 +12,7 @@ from packaging.version import Version
 
 from fi_patches.compat.device import Device
 from fi_patches.compat.evaluate import check_dependency, evaluate
-from fi_patches.compat.feature import Feature
+from fi_patches.features import Feature
 from fi_patches.internals import Dependency
 from fi_patches.internals.flashinfer import FLASHINFER
 

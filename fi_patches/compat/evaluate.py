@@ -21,10 +21,10 @@ from fi_patches import _env
 from fi_patches._logging import get_logger
 from fi_patches._untrusted import error_text
 from fi_patches.compat.device import Device, current_device
-from fi_patches.compat.feature import Feature
 from fi_patches.compat.installed import forget as forget_installed
 from fi_patches.compat.installed import installed
 from fi_patches.compat.versions import is_listed, is_newer_than, is_verified, neighbours
+from fi_patches.features import Feature
 from fi_patches.internals import Declared, Dependency, InternalError, modules_of
 from fi_patches.internals.cute_dsl import CUTE_DSL
 from fi_patches.internals.flashinfer import FLASHINFER

@@ -308,8 +308,7 @@ def _against_stock(section: str, checker: Checker) -> Checker:
 
 def checker_of(section: str) -> Checker:
     """The check of ``section``'s entries, as its feature declares it, against stock lists."""
-    from fi_patches.compat.feature import load
-    from fi_patches.features import feature_of_section
+    from fi_patches.features import feature_of_section, load
 
     return _against_stock(section, load(feature_of_section(section).checker))
 
