@@ -72,7 +72,7 @@ def clean_state(
 def flashinfer_or_skip() -> Any:
     """The real FlashInfer, or a skip naming why it does not import here (a failure where this
     environment's matrix cell expects it to import)."""
-    from fi_patches.compat.installed import installed_flashinfer
+    from fi_patches.compat.evaluate import installed_flashinfer
 
     fi = installed_flashinfer()
     if not fi.present:
@@ -113,7 +113,7 @@ def require_release_supports(name: str) -> None:
     from tests import expected
 
     flashinfer_or_skip()
-    from fi_patches.compat.installed import installed_flashinfer
+    from fi_patches.compat.evaluate import installed_flashinfer
 
     declared = feature(name)
     version = installed_flashinfer().version

@@ -5,10 +5,16 @@ The verification steps (FlashInfer's cache writers' file-form round trip, the co
 self-check that reads the kernel's PTX) run where fi_patches is verified: the CLI (``doctor``,
 ``pins record``, ``precompile``; so the compat matrix), the tests, and any process that calls
 :func:`verify_fully`. A serving process on releases a compat matrix cell ran takes the matrix's
-verdict for them instead; on a release no cell ran it still runs them, and the reason says so."""
+verdict for them instead; on a release no cell ran it still runs them, and the reason says so.
+
+First, what each patched package this process has: its version (read without importing it) and
+whether it imports (FlashInfer 0.6.x-0.7.0.post1 fail on CPU-only torch)."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
+import importlib.util
 import logging
 import threading
 from collections.abc import Callable
@@ -21,15 +27,106 @@ from fi_patches import _env
 from fi_patches._logging import get_logger
 from fi_patches._untrusted import error_text
 from fi_patches.compat.device import Device, current_device
-from fi_patches.compat.installed import forget as forget_installed
-from fi_patches.compat.installed import installed
-from fi_patches.compat.versions import is_listed, is_newer_than, is_verified, neighbours
+from fi_patches.compat.versions import (
+    is_listed,
+    is_newer_than,
+    is_verified,
+    neighbours,
+    parse_version,
+)
 from fi_patches.features import Feature
 from fi_patches.internals import Declared, Dependency, InternalError, modules_of
 from fi_patches.internals.cute_dsl import CUTE_DSL
 from fi_patches.internals.flashinfer import FLASHINFER
 
 logger = get_logger(__name__)
+
+
+# the installed packages ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Installed:
+    """An installed package: ``version`` is None when it is missing or unparsable."""
+
+    present: bool
+    version_text: str | None
+    import_error: str | None
+
+    @property
+    def version(self) -> Version | None:
+        return parse_version(self.version_text) if self.version_text else None
+
+    @property
+    def importable(self) -> bool:
+        return self.present and self.import_error is None
+
+    @property
+    def label(self) -> str:
+        """A short text for tables: the version, or why there is none."""
+        if not self.present:
+            return "not installed"
+        return self.version_text or "unknown version"
+
+
+_installed_lock = threading.RLock()
+"""Re-entrant: importing FlashInfer here runs its post-import hooks (``fi_patches.auto``), which
+ask for the installed FlashInfer again on this thread."""
+_cached: dict[str, Installed] = {}
+
+
+def _metadata_version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _probe_package(dependency: Dependency) -> Installed:
+    if importlib.util.find_spec(dependency.module) is None:
+        return Installed(present=False, version_text=None, import_error=None)
+    version_text = _metadata_version(dependency.distribution)
+    try:
+        module = importlib.import_module(dependency.module)
+    except Exception as exc:  # any import-time failure disables its features, with this reason
+        logger.debug("import %s failed: %s", dependency.module, error_text(exc))
+        return Installed(present=True, version_text=version_text, import_error=error_text(exc))
+    if version_text is None:
+        version_text = getattr(module, "__version__", None)
+    return Installed(present=True, version_text=version_text, import_error=None)
+
+
+def installed(dependency: Dependency, refresh: bool = False) -> Installed:
+    """``dependency`` as installed here, probed once per process (``refresh`` probes again)."""
+    with _installed_lock:
+        found = _cached.get(dependency.module)
+        if found is None or refresh:
+            found = _cached[dependency.module] = _probe_package(dependency)
+        return found
+
+
+def installed_flashinfer(refresh: bool = False) -> Installed:
+    """The installed FlashInfer, probed once per process (``refresh`` probes again)."""
+    return installed(FLASHINFER, refresh)
+
+
+def flashinfer_unusable() -> str | None:
+    """None where FlashInfer imports, else why not, as a clause for a CLI's one line."""
+    found = installed_flashinfer()
+    if not found.present:
+        return "FlashInfer (flashinfer-python) is not installed here"
+    if found.import_error is not None:
+        return f"FlashInfer does not import here ({found.import_error})"
+    return None
+
+
+def forget_installed() -> None:
+    """Probe every package again on next use."""
+    with _installed_lock:
+        _cached.clear()
+
+
+# the verdicts -------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)

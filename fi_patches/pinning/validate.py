@@ -184,7 +184,7 @@ def check_pins(table: PinTable, *, thorough: bool = False) -> list[PinProblem]:
     what is left unpinned. Membership of each tactic in its runner's own list is checked when the
     tuner first lists that key, entry by entry (a runner lists tactics only for an op's real
     inputs)."""
-    from fi_patches.compat.installed import installed_flashinfer
+    from fi_patches.compat.evaluate import installed_flashinfer
     from fi_patches.internals.catalog import catalog
     from fi_patches.pins.tuner_pin import SECTION
 

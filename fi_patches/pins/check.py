@@ -44,7 +44,7 @@ def check_meta(table: PinTable) -> tuple[str, str]:
     be known (no CUDA device and no ``FI_PATCHES_DEVICE``): a table is not wrong for a device
     nobody named."""
     from fi_patches.compat.device import current_device
-    from fi_patches.compat.installed import installed_flashinfer
+    from fi_patches.compat.evaluate import installed_flashinfer
 
     device = current_device()
     if device.arch is None and table.meta.device != "*":
