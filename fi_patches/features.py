@@ -27,7 +27,7 @@ from fi_patches.internals import vllm as vl
 from fi_patches.internals.cute_dsl import CUTE_DSL
 
 if TYPE_CHECKING:
-    from fi_patches.compat.device import Device
+    from fi_patches.compat.target import Device
 
 SelfCheck = Callable[["Device"], "str | None"]
 """Takes the target device; None when the patched package behaves as the feature needs, else

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fi_patches.compat.device import Device
+from fi_patches.compat.target import Device
 from fi_patches.internals import flashinfer as fi
 from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
 from fi_patches.pins.keys import as_tactic, tactic_json

@@ -108,7 +108,7 @@ def require_release_supports(name: str) -> None:
     be absent, a ``since`` one is not needed before its release): only the device and self-check
     gates remain. Where the environment expects the release to support ``name``
     (``tests/expected.py``), fail instead of skipping."""
-    from fi_patches.compat.versions import is_verified
+    from fi_patches.compat.target import is_verified
     from fi_patches.features import feature
     from tests import expected
 

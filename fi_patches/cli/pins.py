@@ -58,7 +58,7 @@ def register(commands: Any) -> None:
 
 def _record_device(requested: str | None) -> tuple[str | None, str]:
     """The arch to record for, or None and the message saying why there is none."""
-    from fi_patches.compat.device import arch_error, current_device, normalize_arch
+    from fi_patches.compat.target import arch_error, current_device, normalize_arch
 
     if requested:
         arch = normalize_arch(requested)
@@ -296,7 +296,7 @@ def _diff_device(requested: str | None) -> str | None:
     from fi_patches.pins.record import TunerCacheError
 
     if requested is None:
-        from fi_patches.compat.device import current_device
+        from fi_patches.compat.target import current_device
 
         return current_device().arch
     device, problem = _record_device(requested)

@@ -129,7 +129,7 @@ def _without_flashinfer() -> str | None:
 def _timer(args: argparse.Namespace, spec: Any) -> tuple[Any, str, str]:
     """The timer, the device arch measured on and the FlashInfer version."""
     from fi_patches.chain.replay import RecordingTimer, ReplayTimer
-    from fi_patches.compat.device import arch_error, normalize_arch
+    from fi_patches.compat.target import arch_error, normalize_arch
 
     if args.timings:
         replay = ReplayTimer(args.timings)

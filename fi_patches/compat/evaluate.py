@@ -26,8 +26,9 @@ from packaging.version import Version
 from fi_patches import _env
 from fi_patches._logging import get_logger
 from fi_patches._untrusted import error_text
-from fi_patches.compat.device import Device, current_device
-from fi_patches.compat.versions import (
+from fi_patches.compat.target import (
+    Device,
+    current_device,
     is_listed,
     is_newer_than,
     is_verified,

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from fi_patches._logging import get_logger, log_once
-from fi_patches.compat.device import current_device
 from fi_patches.compat.evaluate import status_of
+from fi_patches.compat.target import current_device
 from fi_patches.cute_dsl.runner import cute_dsl_runner, workspace
 from fi_patches.cute_dsl.validity import why_not_runnable
 from fi_patches.pinning.resolve import TableLike, candidate_tables

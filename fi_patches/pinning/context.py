@@ -11,8 +11,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 
 from fi_patches._logging import get_logger, log_once
-from fi_patches.compat.device import current_device
 from fi_patches.compat.evaluate import installed_flashinfer, status_of
+from fi_patches.compat.target import current_device
 from fi_patches.features import PRESEED, feature_of_section, pinned_sections
 from fi_patches.pins.default import as_table, default_pins
 from fi_patches.pins.schema import SECTIONS

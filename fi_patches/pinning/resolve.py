@@ -11,8 +11,8 @@ from typing import Any
 
 from fi_patches import _env
 from fi_patches._logging import get_logger, log_once
-from fi_patches.compat.device import current_device
 from fi_patches.compat.evaluate import on_refresh
+from fi_patches.compat.target import current_device
 from fi_patches.pinning import stack
 from fi_patches.pins.default import as_table, default_pins, registered_pins
 from fi_patches.pins.errors import PinTableError

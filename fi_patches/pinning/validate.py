@@ -106,7 +106,7 @@ def check_cute_dsl(table: PinTable) -> list[PinProblem]:
     pinned by the installed cute-dsl runner at both ends of its row range."""
     import torch
 
-    from fi_patches.compat.device import current_device
+    from fi_patches.compat.target import current_device
     from fi_patches.cute_dsl.runner import cute_dsl_runner
     from fi_patches.cute_dsl.validity import why_not_runnable
     from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
@@ -142,7 +142,7 @@ def check_cute_dsl(table: PinTable) -> list[PinProblem]:
 
 def check_wide(table: PinTable) -> list[PinProblem]:
     """Problems of the ``[[wide]]`` entries: each tactic must fit its tile on this device."""
-    from fi_patches.compat.device import current_device
+    from fi_patches.compat.target import current_device
     from fi_patches.wide.precompile import wide_pin_reason
 
     arch = f"{current_device().arch or 'sm_100'}a"

@@ -120,8 +120,8 @@ def local_fingerprint() -> Fingerprint:
     ``auto``, ``vllm_route``)."""
     from fi_patches import _state
     from fi_patches._version import VERSION
-    from fi_patches.compat.device import current_device
     from fi_patches.compat.evaluate import installed_flashinfer
+    from fi_patches.compat.target import current_device
     from fi_patches.overview import status
     from fi_patches.pinning import stack
     from fi_patches.ranks.settings import fi_patches_settings

@@ -4,7 +4,7 @@ through the name fi_patches' rank guard wraps."""
 
 from __future__ import annotations
 
-from fi_patches.compat.device import Device
+from fi_patches.compat.target import Device
 from fi_patches.host_plugin import entry_point_problem
 from fi_patches.internals import sglang as upstream
 

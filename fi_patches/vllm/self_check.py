@@ -7,7 +7,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-from fi_patches.compat.device import Device
+from fi_patches.compat.target import Device
 from fi_patches.host_plugin import entry_point_problem
 from fi_patches.internals import vllm as upstream
 

@@ -1,11 +1,11 @@
 """Which GPU arch a wide kernel is compiled for, by the one rule of
-:mod:`fi_patches.compat.device` (explicit, ``FI_PATCHES_DEVICE``, the CUDA device, then
+:mod:`fi_patches.compat.target` (explicit, ``FI_PATCHES_DEVICE``, the CUDA device, then
 ``CUTE_DSL_ARCH``). The DSL embeds only SASS for that exact arch (no PTX), so a kernel built for
 sm_100a does not load on sm_103 and vice versa."""
 
 from __future__ import annotations
 
-from fi_patches.compat.device import parse_arch, target_device
+from fi_patches.compat.target import parse_arch, target_device
 
 SUPPORTED_ARCHS = ("sm_100a", "sm_100f", "sm_103a")
 """Targets the kernel's block-scaled MMA accepts among the Blackwell datacenter parts."""

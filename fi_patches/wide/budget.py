@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from fi_patches._limits import WIDE_MAX_TILE
 from fi_patches._logging import get_logger, log_once
-from fi_patches.compat.device import normalize_arch
+from fi_patches.compat.target import normalize_arch
 from fi_patches.wide.dtypes import MXFP8, GemmDtypes
 
 CTA_M = 128
