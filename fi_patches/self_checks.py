@@ -9,7 +9,6 @@ from typing import Any
 
 from fi_patches.compat.target import Device
 from fi_patches.internals import flashinfer as fi
-from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
 from fi_patches.pins.keys import as_tactic, tactic_json
 
 _SMALL = (512, 1024)
@@ -56,6 +55,8 @@ def offers_exactly_the_pin(
 
 def pinned_tactics(device: Device) -> str | None:
     """The low-latency runner of ``device`` takes the pin."""
+    from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
+
     n, k = _SMALL
     rows = 8
     runner = fi.low_latency_runner(device.sm_version or 0, True)
@@ -70,6 +71,7 @@ def pinned_cute_dsl(device: Device) -> str | None:
     import torch
 
     from fi_patches.cute_dsl.runner import cute_dsl_runner
+    from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
 
     sm = device.sm_version or 0
     runner = cute_dsl_runner(sm // 10, sm % 10, torch.bfloat16)
