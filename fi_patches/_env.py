@@ -30,7 +30,7 @@ class Variable:
 DEVICE = Variable(
     "FI_PATCHES_DEVICE",
     "target arch (sm_103) instead of the CUDA device, for offline validation and CPU tests; it "
-    "wins over the device (see fi_patches.compat.device)",
+    "wins over the device (see fi_patches.compat.target)",
 )
 PINS = Variable(
     "FI_PATCHES_PINS", "path of the default pin table, read once per process (refresh() rereads)"

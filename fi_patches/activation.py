@@ -25,7 +25,7 @@ from fi_patches import _import_hooks
 from fi_patches import _words as words
 from fi_patches import startup as process
 from fi_patches._logging import ROOT, get_logger
-from fi_patches.compat.feature import Feature
+from fi_patches.features import Feature
 from fi_patches.internals import Dependency
 from fi_patches.internals.flashinfer import FLASHINFER
 

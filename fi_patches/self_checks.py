@@ -7,9 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from fi_patches.compat.device import Device
+from fi_patches.compat.target import Device
 from fi_patches.internals import flashinfer as fi
-from fi_patches.pinning.serving import mxfp8_runner_inputs
 from fi_patches.pins.keys import as_tactic, tactic_json
 
 _SMALL = (512, 1024)
@@ -56,6 +55,8 @@ def offers_exactly_the_pin(
 
 def pinned_tactics(device: Device) -> str | None:
     """The low-latency runner of ``device`` takes the pin."""
+    from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
+
     n, k = _SMALL
     rows = 8
     runner = fi.low_latency_runner(device.sm_version or 0, True)
@@ -70,6 +71,7 @@ def pinned_cute_dsl(device: Device) -> str | None:
     import torch
 
     from fi_patches.cute_dsl import cute_dsl_runner
+    from fi_patches.pinning.serving import mxfp8_runner_inputs
 
     sm = device.sm_version or 0
     runner = cute_dsl_runner(sm // 10, sm % 10, torch.bfloat16)
@@ -111,8 +113,8 @@ def wide_tile(device: Device) -> str | None:
 def wide_tile_compiled(device: Device) -> str | None:
     """FlashInfer's kernel class, subclassed, compiles a 16-row tile for the device, and its PTX
     issues the MMA with N = 16 and keeps the PDL ordering (cached: a compile)."""
-    from fi_patches.tools.wide_ptx import descriptors, parse_entry, pdl_order
     from fi_patches.wide.kernel import compile_wide
+    from fi_patches.wide.ptx import descriptors, parse_entry, pdl_order
     from fi_patches.wide.tactics import wide_tactics
 
     arch = f"{device.arch}a"

@@ -12,10 +12,14 @@ from packaging.version import Version
 
 import fi_patches
 from fi_patches.cli import main
-from fi_patches.compat.device import current_device, normalize_arch
-from fi_patches.compat.versions import is_newer_than, is_verified, parse_specifier
-from fi_patches.internals import Internal
-from fi_patches.internals._declare import ATTRIBUTE, CALLABLE, FACTORY, METHOD, MODULE
+from fi_patches.compat.target import (
+    current_device,
+    is_newer_than,
+    is_verified,
+    normalize_arch,
+    parse_specifier,
+)
+from fi_patches.internals import ATTRIBUTE, CALLABLE, FACTORY, METHOD, MODULE, Internal
 from tests.conftest import flashinfer_or_skip, require_release_supports
 
 VERIFIED = SpecifierSet(">=0.7.0,<=0.7.4")

@@ -28,7 +28,7 @@ from hypothesis import strategies as st
 from packaging.specifiers import SpecifierSet
 
 from fi_patches import _toml
-from fi_patches.compat.device import normalize_arch
+from fi_patches.compat.target import normalize_arch
 from fi_patches.pins import PinTable, PinTableError
 from fi_patches.pins.reading import MAX_FILE_BYTES
 from fi_patches.pins.schema import (

@@ -13,7 +13,7 @@ import pytest
 
 import fi_patches
 from fi_patches.cli import main
-from fi_patches.compat.device import KNOWN_ARCHS, target_device
+from fi_patches.compat.target import KNOWN_ARCHS, target_device
 from fi_patches.pins import PinTable, PinTableError
 from tests.conftest import require_release_supports
 

@@ -129,7 +129,7 @@ def test_a_corrupt_file_is_rebuilt(cold, warm):
 
 
 def test_a_file_of_another_key_is_not_trusted(tmp_path, monkeypatch, caplog):
-    from fi_patches.compat.device import Device
+    from fi_patches.compat.target import Device
 
     monkeypatch.setenv(selfcheck_cache.ENV, str(tmp_path))
     device = Device("sm_103", "env", "FI_PATCHES_DEVICE=sm_103")
@@ -170,7 +170,7 @@ def test_doctor_fresh_runs_every_self_check_again_and_rewrites_the_cache(cold, w
 
 
 def test_off_keeps_nothing_and_an_unwritable_place_warns_once(tmp_path, monkeypatch, caplog):
-    from fi_patches.compat.device import Device
+    from fi_patches.compat.target import Device
 
     monkeypatch.setenv(selfcheck_cache.ENV, "off")
     assert selfcheck_cache.cache_dir() is None
@@ -189,8 +189,8 @@ def test_off_keeps_nothing_and_an_unwritable_place_warns_once(tmp_path, monkeypa
 
 
 def test_an_outcome_that_raised_is_not_kept(tmp_path, monkeypatch):
-    from fi_patches.compat.device import Device
     from fi_patches.compat.evaluate import ProbeResult
+    from fi_patches.compat.target import Device
 
     monkeypatch.setenv(selfcheck_cache.ENV, str(tmp_path))
     device = Device("sm_103", "env", "FI_PATCHES_DEVICE=sm_103")

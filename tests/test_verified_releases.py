@@ -11,10 +11,10 @@ import pytest
 from packaging.version import Version
 
 from compat.matrix import NEWEST, load
-from fi_patches.compat.versions import is_verified
+from fi_patches.compat.target import is_verified
+from fi_patches.internals import PINNED_TACTICS
 from fi_patches.internals.cute_dsl import CUTE_DSL
 from fi_patches.internals.flashinfer import FLASHINFER
-from fi_patches.internals.names import PINNED_TACTICS
 from fi_patches.internals.sglang import SGLANG
 from fi_patches.internals.vllm import VLLM
 

@@ -9,13 +9,6 @@ import struct
 
 import pytest
 
-from fi_patches.tools.wide_ptx import (
-    descriptors,
-    mma_instructions,
-    parse_entry,
-    pdl_order,
-    tma_param_indices,
-)
 from fi_patches.tools.wide_resources import launch_dynamic_smem, read_cubin
 from fi_patches.wide.budget import (
     WideArchError,
@@ -31,6 +24,13 @@ from fi_patches.wide.kernel import (
     cached_kernels,
     compile_wide,
     wide_kernel_class,
+)
+from fi_patches.wide.ptx import (
+    descriptors,
+    mma_instructions,
+    parse_entry,
+    pdl_order,
+    tma_param_indices,
 )
 from fi_patches.wide.tactics import default_tactic
 from tests.wide_helpers import low_latency_or_skip

@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    from fi_patches.compat.evaluate import verify_fully
+
+    verify_fully()  # every command is tooling: it verifies, as the compat matrix does
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(levelname)s %(name)s: %(message)s",

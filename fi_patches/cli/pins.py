@@ -58,7 +58,7 @@ def register(commands: Any) -> None:
 
 def _record_device(requested: str | None) -> tuple[str | None, str]:
     """The arch to record for, or None and the message saying why there is none."""
-    from fi_patches.compat.device import arch_error, current_device, normalize_arch
+    from fi_patches.compat.target import arch_error, current_device, normalize_arch
 
     if requested:
         arch = normalize_arch(requested)
@@ -91,7 +91,7 @@ def _bucket_of() -> Any:
 def _file_form_drift() -> str:
     """Where the installed FlashInfer's cache writers no longer write what fi_patches reads
     (the boundary's file-form probes fail), that clause; else ''."""
-    from fi_patches.compat.installed import flashinfer_unusable
+    from fi_patches.compat.evaluate import flashinfer_unusable
     from fi_patches.internals import tuner as fi_tuner
 
     if flashinfer_unusable() is not None:
@@ -103,7 +103,7 @@ def _file_form_drift() -> str:
 
 def _flashinfer_missing() -> str:
     """Why FlashInfer gives no bucket map here, as the end of a sentence."""
-    from fi_patches.compat.installed import flashinfer_unusable
+    from fi_patches.compat.evaluate import flashinfer_unusable
 
     return flashinfer_unusable() or "FlashInfer here has no mm_mxfp8 tuning config"
 
@@ -113,7 +113,7 @@ def run_record(args: argparse.Namespace) -> int:
 
     from fi_patches._atomic import OutputError, check_output, overwrites_input, write_all
     from fi_patches._words import section_counts
-    from fi_patches.compat.installed import installed_flashinfer
+    from fi_patches.compat.evaluate import installed_flashinfer
     from fi_patches.internals import tuner as fi_tuner
     from fi_patches.pins.errors import PinTableError
     from fi_patches.pins.reading import PIN_SUFFIXES
@@ -241,7 +241,7 @@ def run_record(args: argparse.Namespace) -> int:
 def _sources(inputs: list[str], device: str | None) -> tuple[list[Any], dict[str, str]]:
     """The caches ``inputs`` stand for (a vLLM or SGLang directory: its files of the installed
     FlashInfer and ``device``)."""
-    from fi_patches.compat.installed import installed_flashinfer
+    from fi_patches.compat.evaluate import installed_flashinfer
     from fi_patches.tools.server_caches import expand
 
     return expand(inputs, installed_flashinfer().version_text, device)
@@ -295,7 +295,7 @@ def _diff_device(requested: str | None) -> str | None:
     from fi_patches.tools.record import TunerCacheError
 
     if requested is None:
-        from fi_patches.compat.device import current_device
+        from fi_patches.compat.target import current_device
 
         return current_device().arch
     device, problem = _record_device(requested)

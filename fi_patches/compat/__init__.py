@@ -1,7 +1,7 @@
 """The compat layer: what the patched packages and the device are, and whether each feature is
 enabled (with the reason when it is not). Importing this package imports none of its modules
-(the names below load on first use), so ``compat.device`` and ``compat.versions``, which the
-lockfile format reads, import no evaluation."""
+(the names below load on first use), so ``compat.target``, which the lockfile format reads,
+imports no evaluation."""
 
 from __future__ import annotations
 

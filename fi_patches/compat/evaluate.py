@@ -1,8 +1,20 @@
 """Decide, once per process, whether each feature is enabled and why not, from the installed
-package it patches, the internals it needs, the device and the feature's self-check."""
+package it patches, the internals it needs, the device and the feature's self-check.
+
+The verification steps (FlashInfer's cache writers' file-form round trip, the compiled
+self-check that reads the kernel's PTX) run where fi_patches is verified: the CLI (``doctor``,
+``pins record``, ``precompile``; so the compat matrix), the tests, and any process that calls
+:func:`verify_fully`. A serving process on releases a compat matrix cell ran takes the matrix's
+verdict for them instead; on a release no cell ran it still runs them, and the reason says so.
+
+First, what each patched package this process has: its version (read without importing it) and
+whether it imports (FlashInfer 0.6.x-0.7.0.post1 fail on CPU-only torch)."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
+import importlib.util
 import logging
 import threading
 from collections.abc import Callable
@@ -14,17 +26,108 @@ from packaging.version import Version
 from fi_patches import _env
 from fi_patches._logging import get_logger
 from fi_patches._untrusted import error_text
-from fi_patches.compat import selfcheck_cache
-from fi_patches.compat.device import Device, current_device
-from fi_patches.compat.feature import Feature
-from fi_patches.compat.installed import forget as forget_installed
-from fi_patches.compat.installed import installed
-from fi_patches.compat.versions import is_listed, is_newer_than, is_verified, neighbours
+from fi_patches.compat.target import (
+    Device,
+    current_device,
+    is_listed,
+    is_newer_than,
+    is_verified,
+    neighbours,
+    parse_version,
+)
+from fi_patches.features import Feature
 from fi_patches.internals import Declared, Dependency, InternalError, modules_of
 from fi_patches.internals.cute_dsl import CUTE_DSL
 from fi_patches.internals.flashinfer import FLASHINFER
 
 logger = get_logger(__name__)
+
+
+# the installed packages ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Installed:
+    """An installed package: ``version`` is None when it is missing or unparsable."""
+
+    present: bool
+    version_text: str | None
+    import_error: str | None
+
+    @property
+    def version(self) -> Version | None:
+        return parse_version(self.version_text) if self.version_text else None
+
+    @property
+    def importable(self) -> bool:
+        return self.present and self.import_error is None
+
+    @property
+    def label(self) -> str:
+        """A short text for tables: the version, or why there is none."""
+        if not self.present:
+            return "not installed"
+        return self.version_text or "unknown version"
+
+
+_installed_lock = threading.RLock()
+"""Re-entrant: importing FlashInfer here runs its post-import hooks (``fi_patches.auto``), which
+ask for the installed FlashInfer again on this thread."""
+_cached: dict[str, Installed] = {}
+
+
+def _metadata_version(distribution: str) -> str | None:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _probe_package(dependency: Dependency) -> Installed:
+    if importlib.util.find_spec(dependency.module) is None:
+        return Installed(present=False, version_text=None, import_error=None)
+    version_text = _metadata_version(dependency.distribution)
+    try:
+        module = importlib.import_module(dependency.module)
+    except Exception as exc:  # any import-time failure disables its features, with this reason
+        logger.debug("import %s failed: %s", dependency.module, error_text(exc))
+        return Installed(present=True, version_text=version_text, import_error=error_text(exc))
+    if version_text is None:
+        version_text = getattr(module, "__version__", None)
+    return Installed(present=True, version_text=version_text, import_error=None)
+
+
+def installed(dependency: Dependency, refresh: bool = False) -> Installed:
+    """``dependency`` as installed here, probed once per process (``refresh`` probes again)."""
+    with _installed_lock:
+        found = _cached.get(dependency.module)
+        if found is None or refresh:
+            found = _cached[dependency.module] = _probe_package(dependency)
+        return found
+
+
+def installed_flashinfer(refresh: bool = False) -> Installed:
+    """The installed FlashInfer, probed once per process (``refresh`` probes again)."""
+    return installed(FLASHINFER, refresh)
+
+
+def flashinfer_unusable() -> str | None:
+    """None where FlashInfer imports, else why not, as a clause for a CLI's one line."""
+    found = installed_flashinfer()
+    if not found.present:
+        return "FlashInfer (flashinfer-python) is not installed here"
+    if found.import_error is not None:
+        return f"FlashInfer does not import here ({found.import_error})"
+    return None
+
+
+def forget_installed() -> None:
+    """Probe every package again on next use."""
+    with _installed_lock:
+        _cached.clear()
+
+
+# the verdicts -------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -75,7 +178,7 @@ def _devices_text(devices: tuple[str, ...]) -> str:
     return ", ".join(devices[:-1]) + f" or {devices[-1]}"
 
 
-def _probe(internal: Declared, version: Any) -> ProbeResult:
+def _probe(internal: Declared, version: Any, verify: bool = True) -> ProbeResult:
     """One internal's probe: a ``since`` internal is not needed before its release, and an
     optional one may be absent (its users then take their documented fallback)."""
     if internal.since is not None and version is not None and version < internal.since:
@@ -85,7 +188,7 @@ def _probe(internal: Declared, version: Any) -> ProbeResult:
             internal.resolve()
         except InternalError:
             return ProbeResult(internal.path, None)
-    problem = internal.probe()
+    problem = internal.probe(verify)
     return ProbeResult(internal.path, problem, internal.deprecation() if problem is None else None)
 
 
@@ -142,7 +245,9 @@ def check_dependency(feature: Feature, dependency: Dependency) -> _Checked:
             f"{name}'s version {found.version_text!r} is not a PEP 440 version.", (), None
         )
     needed = [i for i in feature.internals() if _owner(i, feature) is dependency]
-    probes = tuple(_probe(internal, version) for internal in needed)
+    listed = is_verified(version, dependency.verified) and is_listed(version, dependency.releases)
+    verify = _verifying or not listed
+    probes = tuple(_probe(internal, version, verify) for internal in needed)
     failed = [p for p in probes if not p.ok]
     if failed:
         extra = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
@@ -165,12 +270,17 @@ NO_DEVICE = Device(None, "none", "no particular device needed")
 """What the self-check of a feature that needs no device is given."""
 
 
-def _self_check(feature: Feature, device: Device, probes: tuple[ProbeResult, ...]) -> str | None:
-    """The feature's cheap self-check, run here every time, then its compiled check (if any),
-    whose outcome an earlier process may have kept; None when both pass."""
+def _self_check(
+    feature: Feature, device: Device, probes: tuple[ProbeResult, ...], verify: bool
+) -> str | None:
+    """The feature's cheap self-check, run here every time, then (where ``verify``) its
+    compiled check (if any), whose outcome an earlier process may have kept; None when they
+    pass."""
     failure = feature.load_self_check()(device)
-    if failure is not None or not feature.compiled_check:
+    if failure is not None or not feature.compiled_check or not verify:
         return failure
+    from fi_patches.compat import selfcheck_cache
+
     return selfcheck_cache.outcome(
         feature.name,
         feature.compiled_check,
@@ -230,8 +340,10 @@ def evaluate(feature: Feature, device: Device | None) -> FeatureStatus:
                 probes,
             )
     releases = " and ".join(f"{d.label} {c.version}" for d, c in verdicts)
+    in_matrix = all(c.in_matrix for _, c in verdicts)
+    verify = _verifying or not in_matrix
     try:
-        failure = _self_check(feature, device or NO_DEVICE, probes)
+        failure = _self_check(feature, device or NO_DEVICE, probes, verify)
     except Exception as exc:
         failure = f"the self-check raised {error_text(exc)}"
     if failure is not None:
@@ -245,13 +357,28 @@ def evaluate(feature: Feature, device: Device | None) -> FeatureStatus:
             f"{what}; enabled by {_env.ALLOW_UNVERIFIED.name}=1 because all {len(probes)} "
             "probes and the self-check pass."
         )
-    elif all(c.in_matrix for _, c in verdicts):
+    elif in_matrix:
         are = "is" if len(verdicts) == 1 else "are"
         reason = f"{releases} {are} verified; {len(probes)} probes and the self-check pass."
     else:
         off = "; ".join(_off_matrix(d, c) for d, c in verdicts if not c.in_matrix)
         reason = f"{off}; {len(probes)} probes and the self-check pass."
+    if verify and not _verifying and _verifications(feature):
+        reason += (
+            f" Off the compat matrix, this process also ran {_verifications(feature)}, which a "
+            "serving process on a release the matrix ran takes from the matrix's verdict."
+        )
     return result(True, reason + _deprecations(probes), probes)
+
+
+def _verifications(feature: Feature) -> str:
+    """The verification steps ``feature`` has, as a phrase ('' where it has none)."""
+    steps = []
+    if any(i.verification for i in feature.internals()):
+        steps.append("the round trip of FlashInfer's tuner-cache writers")
+    if feature.compiled_check:
+        steps.append("the compiled self-check")
+    return " and ".join(steps)
 
 
 def _off_matrix(dependency: Dependency, checked: _Checked) -> str:
@@ -270,6 +397,22 @@ def _off_matrix(dependency: Dependency, checked: _Checked) -> str:
 
 _lock = threading.RLock()
 _cache: dict[str, FeatureStatus] = {}
+_verifying = False
+"""Whether this process runs the verification steps on every release (:func:`verify_fully`)."""
+
+
+def verify_fully() -> None:
+    """Run the verification steps (the tuner-cache writers' round trip, the compiled self-check)
+    on every release from now on, as the CLI and the tests do, not only on releases no compat
+    matrix cell ran; verdicts reached without them are judged again."""
+    global _verifying
+    with _lock:
+        if _verifying:
+            return
+        _verifying = True
+        stale = bool(_cache)
+    if stale:
+        refresh()
 
 
 def status_of(name: str) -> FeatureStatus:

@@ -35,7 +35,7 @@ from typing import Any
 
 from fi_patches import _env
 from fi_patches._logging import get_logger, log_once
-from fi_patches.compat.device import device_properties
+from fi_patches.compat.target import device_properties
 from fi_patches.internals.flashinfer import FLASHINFER
 from fi_patches.internals.sglang import SGLANG
 from fi_patches.internals.vllm import VLLM

@@ -21,15 +21,17 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 
-from fi_patches.internals._declare import (
+from fi_patches.internals import (
     CALLABLE,
     CLASS,
+    PINNED_CUTE_DSL,
+    PINNED_TACTICS,
+    WIDE_TILE,
     Declared,
     Dependency,
     Internal,
     InternalError,
 )
-from fi_patches.internals.names import PINNED_CUTE_DSL, PINNED_TACTICS, WIDE_TILE
 
 DISTRIBUTION = "nvidia-cutlass-dsl"
 

@@ -19,25 +19,23 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from fi_patches.internals._declare import (
+from fi_patches.internals import (
     ATTRIBUTE,
     CALLABLE,
     CLASS,
     FACTORY,
     METHOD,
     MODULE,
-    Declared,
-    Dependency,
-    Internal,
-    InternalError,
-    OneOf,
-)
-from fi_patches.internals.names import (
     PINNED_CUTE_DSL,
     PINNED_OPS,
     PINNED_TACTICS,
     PRESEED,
     WIDE_TILE,
+    Declared,
+    Dependency,
+    Internal,
+    InternalError,
+    OneOf,
 )
 
 __all__ = ["PINNED_CUTE_DSL", "PINNED_OPS", "PINNED_TACTICS", "PRESEED", "WIDE_TILE"]

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
+from fi_patches.internals import CALLABLE, Declared, Internal, OneOf
 from fi_patches.internals import tuner as fi_tuner
-from fi_patches.internals._declare import CALLABLE, Declared, Internal, OneOf
 
 AUTOTUNER = "flashinfer.autotuner"
 """Where FlashInfer's public tuner names live (a package from 0.7.4)."""

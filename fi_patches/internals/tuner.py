@@ -8,7 +8,9 @@ The behavioural checks run FlashInfer's own tuner code on a runner of fi_patches
 device, no tensors): a key built by FlashInfer must read back, through
 :mod:`fi_patches.pins.keys`, as the key fi_patches builds for the same call, and a cache
 FlashInfer's own writers write must read back, through the file-form readers below (which
-:mod:`fi_patches.tools.record` reads caches with), to the key and tactic written.
+:mod:`fi_patches.tools.record` reads caches with), to the key and tactic written. That round
+trip writes two temporary caches, so it is verification (``verification=True``): a serving
+process on a release the compat matrix ran takes the matrix's verdict for it.
 """
 
 from __future__ import annotations
@@ -21,8 +23,16 @@ from collections.abc import Iterable, Iterator, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from fi_patches.internals._declare import ATTRIBUTE, CALLABLE, CLASS, METHOD, Internal
-from fi_patches.internals.names import ENGINE, PINNED_OPS, PRESEED
+from fi_patches.internals import (
+    ATTRIBUTE,
+    CALLABLE,
+    CLASS,
+    ENGINE,
+    METHOD,
+    PINNED_OPS,
+    PRESEED,
+    Internal,
+)
 
 AUTOTUNER = "flashinfer.autotuner"
 AUTOTUNER_MODULE = "flashinfer.autotuner.autotuner"
@@ -330,6 +340,7 @@ SAVE_CONFIGS = Internal(
     (PINNED_OPS,),
     params=("path",),
     check=_check_v1_form,
+    verification=True,
 )
 """FlashInfer's v1 writer (``autotune(cache=...)``, vLLM's and SGLang's files): what it writes
 for a tuner of the check's own must read back through :func:`v1_winners`."""
@@ -352,6 +363,7 @@ V2_PUBLISH = Internal(
     params=("file_key", "runner_name", "json_tactic"),
     check=_check_v2_form,
     optional=True,
+    verification=True,
 )
 """The v2 store's writer (``autotune_v2``): one entry it publishes in a store of the check's own
 must read back through :func:`v2_winner` and :data:`V2_ENTRIES`."""

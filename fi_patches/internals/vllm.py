@@ -23,7 +23,7 @@ from typing import Any
 
 from packaging.specifiers import SpecifierSet
 
-from fi_patches.internals._declare import (
+from fi_patches.internals import (
     ATTRIBUTE,
     CALLABLE,
     METHOD,

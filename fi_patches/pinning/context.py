@@ -10,9 +10,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 
 from fi_patches._logging import get_logger, log_once
-from fi_patches.compat.device import current_device
-from fi_patches.compat.evaluate import status_of
-from fi_patches.compat.installed import installed_flashinfer
+from fi_patches.compat.evaluate import installed_flashinfer, status_of
+from fi_patches.compat.target import current_device
 from fi_patches.features import PRESEED, feature_of_section, pinned_sections
 from fi_patches.pins.default import REFRESHED, WeakCache, as_table, default_pins
 from fi_patches.pins.schema import SECTIONS

@@ -28,7 +28,7 @@ from typing import Any
 
 from fi_patches import _env
 from fi_patches._logging import get_logger, log_once
-from fi_patches.compat.device import current_device
+from fi_patches.compat.target import current_device
 from fi_patches.pinning.index import NARROW, Memo, PinIndex, Probe, combine, merge
 from fi_patches.pins.default import (
     GENERATION,

@@ -106,7 +106,7 @@ def check_cute_dsl(table: PinTable) -> list[PinProblem]:
     pinned by the installed cute-dsl runner at both ends of its row range."""
     import torch
 
-    from fi_patches.compat.device import current_device
+    from fi_patches.compat.target import current_device
     from fi_patches.cute_dsl import cute_dsl_runner, why_not_runnable
     from fi_patches.pinning.serving import mxfp8_runner_inputs
 
@@ -141,7 +141,7 @@ def check_cute_dsl(table: PinTable) -> list[PinProblem]:
 
 def check_wide(table: PinTable) -> list[PinProblem]:
     """Problems of the ``[[wide]]`` entries: each tactic must fit its tile on this device."""
-    from fi_patches.compat.device import current_device
+    from fi_patches.compat.target import current_device
     from fi_patches.wide.tactics import wide_pin_reason
 
     arch = f"{current_device().arch or 'sm_100'}a"
@@ -183,7 +183,7 @@ def check_pins(table: PinTable, *, thorough: bool = False) -> list[PinProblem]:
     what is left unpinned. Membership of each tactic in its runner's own list is checked when the
     tuner first lists that key, entry by entry (a runner lists tactics only for an op's real
     inputs)."""
-    from fi_patches.compat.installed import installed_flashinfer
+    from fi_patches.compat.evaluate import installed_flashinfer
     from fi_patches.internals.catalog import catalog
     from fi_patches.pins.tuner_pin import SECTION
 
@@ -307,8 +307,7 @@ def _against_stock(section: str, checker: Checker) -> Checker:
 
 def checker_of(section: str) -> Checker:
     """The check of ``section``'s entries, as its feature declares it, against stock lists."""
-    from fi_patches.compat.feature import load
-    from fi_patches.features import feature_of_section
+    from fi_patches.features import feature_of_section, load
 
     return _against_stock(section, load(feature_of_section(section).checker))
 

@@ -173,8 +173,7 @@ def describe_default_pins(feature: str, record: FeatureStatus) -> str:
             if not _env.get(_env.PINS)
             else f"no {words.sections(sections, 'or')} entries in {table.source}"
         )
-    from fi_patches.compat.device import current_device
-    from fi_patches.compat.versions import parse_version
+    from fi_patches.compat.target import current_device, parse_version
 
     # The device the pins would run on, as pinned_tactics() judges it (a feature of any device
     # records "any", which says nothing of the table's device).

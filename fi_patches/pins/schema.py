@@ -36,8 +36,7 @@ from typing import Any, ClassVar
 from packaging.specifiers import SpecifierSet
 
 from fi_patches._limits import LOW_LATENCY_MAX_ROWS, WIDE_MAX_TILE
-from fi_patches.compat.device import normalize_arch, unknown_arch
-from fi_patches.compat.versions import parse_specifier
+from fi_patches.compat.target import normalize_arch, parse_specifier, unknown_arch
 from fi_patches.pins.errors import PinProblem
 from fi_patches.pins.keys import tactic_json
 from fi_patches.pins.reading import FieldReader

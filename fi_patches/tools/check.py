@@ -61,8 +61,8 @@ def check_meta(table: PinTable) -> tuple[str, str]:
     invalid when it was chosen on another device, unchecked when this machine's device cannot
     be known (no CUDA device and no ``FI_PATCHES_DEVICE``): a table is not wrong for a device
     nobody named."""
-    from fi_patches.compat.device import current_device
-    from fi_patches.compat.installed import installed_flashinfer
+    from fi_patches.compat.evaluate import installed_flashinfer
+    from fi_patches.compat.target import current_device
 
     device = current_device()
     if device.arch is None and table.meta.device != "*":

@@ -17,7 +17,7 @@ import logging
 from fi_patches import _env
 from fi_patches._logging import get_logger
 from fi_patches.activation import Entry, activate_pins, entry_point_problem
-from fi_patches.compat.device import Device
+from fi_patches.compat.target import Device
 from fi_patches.internals import vllm as upstream
 
 logger = get_logger(__name__)

@@ -4,8 +4,9 @@ FlashInfer offers ``LowLatencyBlockscaledGemmKernel`` only with an 8-row activat
 its body works for any multiple of 8 up to 128; wider tiles keep its PDL behaviour (weight
 loads never wait on the previous kernel). This package supplies the honest host side:
 shared-memory and TMEM budgets, a validity check that names the limit, a tactic enumerator,
-a cached compiler and launch helpers. Its resource reports and PTX checks are tooling, in
-:mod:`fi_patches.tools.wide_resources` and :mod:`fi_patches.tools.wide_ptx`.
+a cached compiler and launch helpers. Its PTX checks (:mod:`fi_patches.wide.ptx`) are
+verification: the CLI, the tests and the compat matrix run them, a serving process only on a
+release off the matrix. Its resource reports are tooling (:mod:`fi_patches.tools.wide_resources`).
 
 ``import fi_patches.wide`` imports neither torch, cutlass nor FlashInfer; the names below
 load on first use.
@@ -41,12 +42,6 @@ _EXPORTS = {
     "wide_mm": "fi_patches.wide.launch",
     "repack_per_cta": "fi_patches.wide.launch",
     "wide_pin_reason": "fi_patches.wide.tactics",
-    # Tooling, loaded from fi_patches.tools on first use only (never imported by serving code):
-    "KernelResources": "fi_patches.tools.wide_resources",
-    "kernel_resources": "fi_patches.tools.wide_resources",
-    "precompile_requests": "fi_patches.tools.wide_resources",
-    "precompile": "fi_patches.tools.wide_resources",
-    "compile_with_resources": "fi_patches.tools.wide_resources",
 }
 
 __all__ = sorted(_EXPORTS)

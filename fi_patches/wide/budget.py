@@ -5,7 +5,7 @@ Operand, scale and output types of a block-scaled GEMM, by cutlass class name, s
 checks run without importing cutlass; :meth:`GemmDtypes.cutlass_types` converts lazily.
 
 The GPU arch a wide kernel is compiled for (:func:`resolve_arch`) follows the one rule of
-:mod:`fi_patches.compat.device` (explicit, ``FI_PATCHES_DEVICE``, the CUDA device, then
+:mod:`fi_patches.compat.target` (explicit, ``FI_PATCHES_DEVICE``, the CUDA device, then
 ``CUTE_DSL_ARCH``). The DSL embeds only SASS for that exact arch (no PTX), so a kernel built for
 sm_100a does not load on sm_103 and vice versa.
 
@@ -24,7 +24,7 @@ from typing import Any
 
 from fi_patches._limits import WIDE_MAX_TILE
 from fi_patches._logging import get_logger, log_once
-from fi_patches.compat.device import normalize_arch, parse_arch, target_device
+from fi_patches.compat.target import normalize_arch, parse_arch, target_device
 
 WIDTHS: dict[str, int] = {
     "Float4E2M1FN": 4,

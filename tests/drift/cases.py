@@ -8,8 +8,16 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
-from fi_patches.internals import Declared, Internal, OneOf, declared
-from fi_patches.internals._declare import CALLABLE, FACTORY, METHOD, MODULE
+from fi_patches.internals import (
+    CALLABLE,
+    FACTORY,
+    METHOD,
+    MODULE,
+    Declared,
+    Internal,
+    OneOf,
+    declared,
+)
 
 BASELINE = "baseline"
 """The id of the run with nothing broken, that every case is compared with."""

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fi_patches.internals import OneOf, declared
-from fi_patches.internals._declare import MODULE
+from fi_patches.internals import MODULE, OneOf, declared
 from tests.drift import pool
 from tests.drift.cases import BASELINE, Case, all_cases, coverage
 from tests.drift.child import PINNED_ROWS

@@ -1,4 +1,7 @@
-"""Which GPU architecture fi_patches targets, decided by one rule everywhere:
+"""The target a pin table's ``[meta]`` and a feature's verdict are about: the GPU architecture
+and the release. Nothing here imports a patched package, so the lockfile format reads it.
+
+Which GPU architecture fi_patches targets is decided by one rule everywhere:
 
 1. an arch passed explicitly (``precompile --arch``, ``compile_wide(arch=...)``);
 2. ``FI_PATCHES_DEVICE`` (offline validation and CPU tests; it wins over a real device);
@@ -6,6 +9,9 @@
 4. for compiling only, ``CUTE_DSL_ARCH`` (the DSL's own cross-compile target).
 
 Features are gated on the arch *family* (``sm_103``); compiling keeps the suffix (``sm_103a``).
+
+Prerelease-aware version checks: a FlashInfer release is verified only if a declared
+specifier admits it, so 0.7.5rc1 or 0.7.4.post1 never pass as 0.7.4.
 """
 
 from __future__ import annotations
@@ -13,6 +19,9 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass
+
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 from fi_patches import _env
 
@@ -143,3 +152,56 @@ def device_properties() -> str:
 def current_device() -> Device:
     """The device features are gated on: ``FI_PATCHES_DEVICE``, else the CUDA device."""
     return target_device()
+
+
+# release versions ---------------------------------------------------------------------------------
+
+
+def parse_version(text: str) -> Version | None:
+    """``text`` as a PEP 440 version, or None when it is not one."""
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def parse_specifier(text: str) -> SpecifierSet:
+    """``text`` as a specifier set; raises ``ValueError`` with the text when it is not one."""
+    try:
+        return SpecifierSet(text)
+    except InvalidSpecifier as exc:
+        raise ValueError(f"{text!r} is not a version specifier such as '>=0.7.0,<=0.7.4'") from exc
+
+
+def is_verified(version: Version, verified: SpecifierSet) -> bool:
+    """Whether ``version`` is inside ``verified``.
+
+    Pre- and dev-releases are admitted only when the specifier names one itself, whatever
+    the installed ``packaging``'s default (it changed across releases), and post-releases
+    only when the bounds include them.
+    """
+    return verified.contains(version, prereleases=bool(verified.prereleases))
+
+
+def is_newer_than(version: Version, verified: SpecifierSet) -> bool:
+    """Whether ``version`` lies above every upper bound of ``verified``."""
+    uppers = [Version(s.version) for s in verified if s.operator in ("<", "<=", "==", "===")]
+    if not uppers:
+        return False
+    public = Version(version.public)  # a local build label (+cu130) is not a newer release
+    return all(public > upper for upper in uppers)
+
+
+def is_listed(version: Version, releases: tuple[str, ...]) -> bool:
+    """Whether ``version`` is one of ``releases`` (PEP 440 equality: 0.7.4 is 0.7.4.0, and a
+    local build label such as +cu130 does not make another release)."""
+    public = Version(version.public)
+    return any(Version(r) == public for r in releases)
+
+
+def neighbours(version: Version, releases: tuple[str, ...]) -> tuple[str | None, str | None]:
+    """The closest of ``releases`` below and above ``version`` (None where there is none)."""
+    ordered = sorted(releases, key=Version)
+    below = [r for r in ordered if Version(r) < version]
+    above = [r for r in ordered if Version(r) > version]
+    return (below[-1] if below else None, above[0] if above else None)
