@@ -58,7 +58,7 @@ class Feature:
     by another library is judged as it is here."""
     sections: tuple[str, ...] = ()
     """The pin-table sections this feature applies (how each pins FlashInfer's tuner is its
-    specialization, :mod:`fi_patches.pinning.sections`)."""
+    specialization, :mod:`fi_patches.pinning.index`)."""
     checker: str = ""
     """``module:function`` checking this feature's sections of a table against the installed
     release (a list of ``PinProblem``), imported only when a table is checked."""

@@ -55,7 +55,7 @@ def offers_exactly_the_pin(
 
 def pinned_tactics(device: Device) -> str | None:
     """The low-latency runner of ``device`` takes the pin."""
-    from fi_patches.pinning.probe_inputs import mxfp8_runner_inputs
+    from fi_patches.pinning.serving import mxfp8_runner_inputs
 
     n, k = _SMALL
     rows = 8
