@@ -16,6 +16,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+from tests.forkserver import ForkServer
+
 FAULTS = (
     "healthy",
     "module_missing",
@@ -262,21 +264,30 @@ _CUTLASS_TYPES = "".join(
 
 
 def run_fi_patches(
-    args: list[str], pythonpath: Path | None = None, env: dict[str, str] | None = None
+    args: list[str],
+    pythonpath: Path | None = None,
+    env: dict[str, str] | None = None,
+    server: ForkServer | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``python -m fi_patches ARGS`` in a subprocess, with ``pythonpath`` first on the path."""
-    return run_python(["-m", "fi_patches", *args], pythonpath, env)
+    return run_python(["-m", "fi_patches", *args], pythonpath, env, server)
 
 
 def run_python(
-    argv: list[str], pythonpath: Path | None = None, env: dict[str, str] | None = None
+    argv: list[str],
+    pythonpath: Path | None = None,
+    env: dict[str, str] | None = None,
+    server: ForkServer | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``python ARGV`` in a subprocess without this process's ``FI_PATCHES_*`` variables (then
-    ``env``), with ``pythonpath`` first on the path."""
+    ``env``), with ``pythonpath`` first on the path; a fork of ``server`` (torch imported, the
+    fake not) when given, as the fake replaces FlashInfer, never torch."""
     child = {k: v for k, v in os.environ.items() if not k.startswith("FI_PATCHES_")}
     child.update(env or {})
     if pythonpath is not None:
         child["PYTHONPATH"] = os.pathsep.join([str(pythonpath), child.get("PYTHONPATH", "")])
+    if server is not None:
+        return server.run(argv, child, os.getcwd(), timeout=600)
     return subprocess.run(
         [sys.executable, *argv],
         capture_output=True,

@@ -63,7 +63,7 @@ def test_enable_pins_every_thread_and_disable_restores_flashinfer(pinning, tmp_p
         assert all(before_ns[k] is after_ns[k] for k in before_ns)
 
 
-def test_auto_when_fi_patches_itself_first_imports_flashinfer(pinning, tmp_path):
+def test_auto_when_fi_patches_itself_first_imports_flashinfer(pinning, tmp_path, forkserver):
     """``fi_patches.auto`` first, then ``status()``: FlashInfer's first import happens inside
     fi_patches' own probe, whose post-import hook (the activation, and its rank guard) asks for
     the installed FlashInfer again on the same thread. It must not deadlock."""
@@ -77,14 +77,12 @@ def test_auto_when_fi_patches_itself_first_imports_flashinfer(pinning, tmp_path)
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("FI_PATCHES_")}
     env.update(FI_PATCHES_DEVICE="sm_103", FI_PATCHES_PINS=str(pins), PYTHONPATH=str(ROOT))
-    result = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180
-    )
+    result = forkserver.run(["-c", code], env, os.getcwd(), timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == f"pinning the [[low_latency]] entries from {pins} 1"
 
 
-def test_a_section_auto_ignores_is_blamed_on_the_process_wide_pins(pinning, tmp_path):
+def test_a_section_auto_ignores_is_blamed_on_the_process_wide_pins(pinning, tmp_path, forkserver):
     """With pins from ``FI_PATCHES_PINS`` applied process-wide, a section whose feature is off
     here is reported as the process-wide pins', not as a ``pinned_tactics()`` call the user
     never made."""
@@ -106,9 +104,7 @@ def test_a_section_auto_ignores_is_blamed_on_the_process_wide_pins(pinning, tmp_
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("FI_PATCHES_")}
     env.update(FI_PATCHES_DEVICE="sm_103", FI_PATCHES_PINS=str(pins), PYTHONPATH=str(ROOT))
-    result = subprocess.run(
-        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180
-    )
+    result = forkserver.run(["-c", code], env, os.getcwd(), timeout=180)
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.strip() == f"pinning the [[low_latency]] entries from {pins}"
     ignored = [line for line in result.stderr.splitlines() if "ignores the" in line]

@@ -1,7 +1,8 @@
 """The command line's output files and streams, run as a user runs it (``python -m fi_patches``
-in a child process): a path that cannot be written is one line on stderr naming it, exit 2,
-and no file written; outputs land all together or not at all; a closed stdout ends quietly; a
-directory argument reads only the cache layouts docs/pins-cli.md documents."""
+in a child process, most on the fork server): a path that cannot be written is one line on
+stderr naming it, exit 2, and no file written; outputs land all together or not at all; a
+closed stdout ends quietly; a directory argument reads only the cache layouts docs/pins-cli.md
+documents."""
 
 from __future__ import annotations
 
@@ -47,17 +48,11 @@ runner = "low_latency"
 """
 
 
-def cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None):
+def cli(server, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None):
+    """``python -m fi_patches ARGS`` on the fork server (a fresh interpreter's start, torch
+    preloaded), as ``subprocess.run(..., capture_output=True, text=True)`` returns it."""
     environ = {**os.environ, "FI_PATCHES_DEVICE": "sm_103", **(env or {})}
-    return subprocess.run(
-        [sys.executable, "-m", "fi_patches", *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=cwd,
-        env=environ,
-        timeout=600,
-    )
+    return server.run(["-m", "fi_patches", *args], environ, cwd or os.getcwd(), timeout=600)
 
 
 def one_line(result, *named: str) -> str:
@@ -83,7 +78,9 @@ def cache(tmp_path) -> Path:
 
 
 @pytest.mark.parametrize("where", ["missing folder", "a directory", "yaml suffix"])
-def test_pins_record_refuses_an_output_it_cannot_write_in_one_line(tmp_path, cache, where):
+def test_pins_record_refuses_an_output_it_cannot_write_in_one_line(
+    tmp_path, cache, where, forkserver
+):
     out = {
         "missing folder": tmp_path / "nonexistent" / "dir" / "x.toml",
         "a directory": tmp_path / "out.toml",
@@ -92,7 +89,9 @@ def test_pins_record_refuses_an_output_it_cannot_write_in_one_line(tmp_path, cac
     if where == "a directory":
         out.mkdir()
     before = files_in(tmp_path)
-    result = cli("pins", "record", "--from", str(cache), "--out", str(out), "--device", "sm_103")
+    result = cli(
+        forkserver, "pins", "record", "--from", str(cache), "--out", str(out), "--device", "sm_103"
+    )
     assert result.returncode == 2, result.stderr
     err = one_line(result, str(out))
     assert err.startswith("pins record: --out ")
@@ -103,24 +102,29 @@ def test_pins_record_refuses_an_output_it_cannot_write_in_one_line(tmp_path, cac
 
 
 @cpu_only
-def test_tune_checks_every_output_before_it_times_anything(tmp_path):
+def test_tune_checks_every_output_before_it_times_anything(tmp_path, forkserver):
     chain = tmp_path / "chain.toml"
     chain.write_text(LOW_LATENCY_CHAIN)
     timings = tmp_path / "timings.json"
     timings.write_text("{}")  # never read: the outputs are refused first
     missing = tmp_path / "nonexistent" / "x.toml"
-    result = cli("tune", "--chain", str(chain), "--out", str(missing), "--timings", str(timings))
+    result = cli(
+        forkserver, "tune", "--chain", str(chain), "--out", str(missing), "--timings", str(timings)
+    )
     assert result.returncode == 2
     one_line(result, str(missing))
     folder = tmp_path / "pins.toml"
     folder.mkdir()
     before = files_in(tmp_path)
-    result = cli("tune", "--chain", str(chain), "--out", str(folder), "--timings", str(timings))
+    result = cli(
+        forkserver, "tune", "--chain", str(chain), "--out", str(folder), "--timings", str(timings)
+    )
     assert result.returncode == 2
     one_line(result, str(folder), "is a directory")
     assert files_in(tmp_path) == before  # no pins.provenance.json beside it
     saved = tmp_path / "gone" / "t.json"
     result = cli(
+        forkserver,
         "tune",
         "--chain",
         str(chain),
@@ -150,9 +154,9 @@ def test_tune_writes_its_outputs_all_together_or_not_at_all(tmp_path):
 
 
 @cpu_only
-def test_validate_refuses_a_report_it_cannot_write(tmp_path):
+def test_validate_refuses_a_report_it_cannot_write(tmp_path, forkserver):
     report = tmp_path / "nonexistent" / "r.md"
-    result = cli("validate", "--report", str(report))
+    result = cli(forkserver, "validate", "--report", str(report))
     assert result.returncode == 2
     one_line(result, str(report))
     assert result.stdout == ""
@@ -173,11 +177,11 @@ def test_a_closed_stdout_ends_doctor_quietly(tmp_path):
     assert err == ""
 
 
-def test_pins_diff_reads_only_the_documented_layouts_of_a_directory(tmp_path, cache):
+def test_pins_diff_reads_only_the_documented_layouts_of_a_directory(tmp_path, cache, forkserver):
     stray = tmp_path / "tree"
     (stray / "a" / "b" / "c").mkdir(parents=True)
     (stray / "a" / "b" / "c" / "autotune_configs.json").write_text(json.dumps(V1_CACHE))
-    result = cli("pins", "diff", str(cache), str(stray))
+    result = cli(forkserver, "pins", "diff", str(cache), str(stray))
     assert result.returncode == 2
     err = one_line(result, str(stray), "holding no tuner cache")
     assert "autotune_configs.json" in err and "rank_tp" in err  # the layouts it reads
@@ -185,7 +189,7 @@ def test_pins_diff_reads_only_the_documented_layouts_of_a_directory(tmp_path, ca
     vllm = tmp_path / "vllm"
     (vllm / "3f2a").mkdir(parents=True)
     (vllm / "3f2a" / "autotune_configs.json").write_text(json.dumps(V1_CACHE))
-    result = cli("pins", "diff", str(cache), str(vllm))
+    result = cli(forkserver, "pins", "diff", str(cache), str(vllm))
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("0 of 1 buckets differ")
     # SGLang's: rank_tp<T>_pp<P>_dp<D>.json per rank
@@ -196,13 +200,13 @@ def test_pins_diff_reads_only_the_documented_layouts_of_a_directory(tmp_path, ca
     other[key] = ["CutedslLowLatencyBlockscaledGemmRunner", [256, 4, 1, 1]]
     (sglang / "rank_tp0_pp0_dp0.json").write_text(json.dumps(V1_CACHE))
     (sglang / "rank_tp1_pp0_dp0.json").write_text(json.dumps(other))
-    result = cli("pins", "diff", str(sglang))
+    result = cli(forkserver, "pins", "diff", str(sglang))
     assert result.returncode == 1, result.stderr
     assert "rank_tp0_pp0_dp0.json" in result.stdout and "rank_tp1_pp0_dp0.json" in result.stdout
     assert "[256,4,1,1]" in result.stdout
 
 
-def test_a_directory_that_vanishes_is_one_line(tmp_path, cache):
+def test_a_directory_that_vanishes_is_one_line(tmp_path, cache, forkserver):
     gone = tmp_path / "gone"
     gone.mkdir()
     script = (
@@ -217,13 +221,8 @@ def test_a_directory_that_vanishes_is_one_line(tmp_path, cache):
         "from fi_patches.cli import main\n"
         "sys.exit(main(sys.argv[1:]))\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script, "pins", "diff", str(cache), str(gone)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=600,
-    )
+    argv = ["-c", script, "pins", "diff", str(cache), str(gone)]
+    result = forkserver.run(argv, dict(os.environ), os.getcwd(), timeout=600)
     assert result.returncode == 2
     one_line(result, str(gone))
 
@@ -295,7 +294,9 @@ def test_tunes_table_and_sidecar_follow_the_umask(tmp_path):
     assert mode_of(tmp_path / "new.json") == 0o600  # the umask asked for it
 
 
-def test_an_output_that_is_one_of_the_inputs_is_refused_before_anything_is_read(tmp_path, cache):
+def test_an_output_that_is_one_of_the_inputs_is_refused_before_anything_is_read(
+    tmp_path, cache, forkserver
+):
     """``--out`` naming an input (the same path, a symlink to it, or a relative path from
     elsewhere) is refused with exit 2 before any input is read: the cache is left as it was."""
     garbage = tmp_path / "inputs" / "broken.json"
@@ -312,7 +313,7 @@ def test_an_output_that_is_one_of_the_inputs_is_refused_before_anything_is_read(
     ]
     for args, relative in attempts:
         cwd = tmp_path / "elsewhere" if relative else None
-        result = cli("pins", "record", "--device", "sm_103", *args, cwd=cwd)
+        result = cli(forkserver, "pins", "record", "--device", "sm_103", *args, cwd=cwd)
         assert result.returncode == 2, (args, result.stderr)
         err = one_line(result, "--out", "is the same file as the input --from")
         assert err.startswith("pins record: ")
@@ -321,7 +322,7 @@ def test_an_output_that_is_one_of_the_inputs_is_refused_before_anything_is_read(
 
 
 @cpu_only
-def test_tune_and_validate_refuse_an_output_that_is_an_input(tmp_path):
+def test_tune_and_validate_refuse_an_output_that_is_an_input(tmp_path, forkserver):
     chain = tmp_path / "chain.toml"
     chain.write_text(LOW_LATENCY_CHAIN)
     timings = tmp_path / "timings.json"
@@ -338,7 +339,7 @@ def test_tune_and_validate_refuse_an_output_that_is_an_input(tmp_path):
         ("validate", "--pins", str(pins), "--report", str(tmp_path / "pins.md")),
     ]  # fmt: skip
     for args in cases:
-        result = cli(*args, cwd=tmp_path)
+        result = cli(forkserver, *args, cwd=tmp_path)
         assert result.returncode == 2, (args, result.stderr)
         one_line(result, "is the same file as the input")
     assert files_in(tmp_path) == before

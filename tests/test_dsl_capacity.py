@@ -14,6 +14,7 @@ from fi_patches.internals import cute_dsl as dsl
 from fi_patches.internals import declared
 from fi_patches.wide.budget import SMEM_CAPACITY_FALLBACK
 from tests.fake_flashinfer import run_python
+from tests.forkserver import ForkServer
 
 PROBE = """
 import json, logging
@@ -33,9 +34,10 @@ print(json.dumps({{"found": found, "records": [r for r in records if "capacity" 
 """
 
 
-def _run(fault: str) -> dict:
+def _run(server: ForkServer, fault: str) -> dict:
+    """PROBE with ``fault`` applied, in a fresh process (a fork of the fork server)."""
     pytest.importorskip("cutlass.memory")
-    result = run_python(["-c", PROBE.format(fault=textwrap.dedent(fault))])
+    result = run_python(["-c", PROBE.format(fault=textwrap.dedent(fault))], server=server)
     assert result.returncode == 0, result.stderr[-2000:]
     found: dict = json.loads(result.stdout.splitlines()[-1])
     return found
@@ -51,29 +53,31 @@ def test_both_queries_are_declared_the_replacement_preferred():
     assert dsl.smem_capacity_query() is dsl.MEMORY_SMEM_CAPACITY.resolve()
 
 
-def test_the_budget_reads_the_replacement_first():
-    found = _run("cutlass.memory.get_smem_capacity_in_bytes = lambda arch: 1000")
+def test_the_budget_reads_the_replacement_first(forkserver):
+    found = _run(forkserver, "cutlass.memory.get_smem_capacity_in_bytes = lambda arch: 1000")
     assert found == {"found": [1000, 1000, 1000], "records": []}
 
 
-def test_where_the_dsl_has_no_replacement_the_deprecated_query_serves():
+def test_where_the_dsl_has_no_replacement_the_deprecated_query_serves(forkserver):
     found = _run(
+        forkserver,
         """
         del cutlass.memory.get_smem_capacity_in_bytes
         cutlass.utils.get_smem_capacity_in_bytes = lambda arch: 2000
-        """
+        """,
     )
     assert found == {"found": [2000, 2000, 2000], "records": []}
 
 
-def test_a_failing_query_falls_back_to_the_constant_and_logs_once_per_arch():
+def test_a_failing_query_falls_back_to_the_constant_and_logs_once_per_arch(forkserver):
     found = _run(
+        forkserver,
         """
         def broken(arch):
             raise KeyError(arch)
 
         cutlass.memory.get_smem_capacity_in_bytes = broken
-        """
+        """,
     )
     assert found["found"] == [SMEM_CAPACITY_FALLBACK] * 3
     assert found["records"] == [
@@ -90,12 +94,13 @@ def test_a_failing_query_falls_back_to_the_constant_and_logs_once_per_arch():
     ]
 
 
-def test_without_either_query_the_constant_serves_and_says_so():
+def test_without_either_query_the_constant_serves_and_says_so(forkserver):
     found = _run(
+        forkserver,
         """
         del cutlass.memory.get_smem_capacity_in_bytes
         del cutlass.utils.get_smem_capacity_in_bytes
-        """
+        """,
     )
     assert found["found"] == [SMEM_CAPACITY_FALLBACK] * 3
     [[level, message], _] = found["records"]

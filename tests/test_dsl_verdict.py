@@ -18,6 +18,7 @@ from fi_patches.features import FEATURES
 from fi_patches.internals.cute_dsl import CUTE_DSL
 from tests.conftest import require_release_supports
 from tests.fake_flashinfer import run_fi_patches
+from tests.forkserver import ForkServer
 
 DSL_FEATURES = ("pinned_tactics", "pinned_cute_dsl", "wide_tile")
 
@@ -42,22 +43,22 @@ def test_the_installed_dsl_is_judged_and_shown(sm103):
         assert f"CuTe DSL {dsl.version_text} is not in the compat matrix; " in record.reason
 
 
-def _doctor(tmp_path: Path, dsl: str) -> dict[str, dict]:
+def _doctor(server: ForkServer, tmp_path: Path, dsl: str) -> dict[str, dict]:
     dist = tmp_path / "site" / f"nvidia_cutlass_dsl-{dsl}.dist-info"
     dist.mkdir(parents=True)
     (dist / "METADATA").write_text(
         f"Metadata-Version: 2.1\nName: nvidia-cutlass-dsl\nVersion: {dsl}\n"
     )
     env = {"FI_PATCHES_DEVICE": "sm_103", "FI_PATCHES_CACHE_DIR": "off"}
-    result = run_fi_patches(["doctor", "--json"], dist.parent, env)
+    result = run_fi_patches(["doctor", "--json"], dist.parent, env, server)
     assert result.returncode == 0, result.stderr[-2000:]
     return {r["name"]: r for r in json.loads(result.stdout)}
 
 
-def test_a_dsl_release_no_cell_ran_enables_wide_tile_and_says_so(tmp_path):
+def test_a_dsl_release_no_cell_ran_enables_wide_tile_and_says_so(tmp_path, forkserver):
     require_release_supports("wide_tile")
     pytest.importorskip("cutlass")
-    records = _doctor(tmp_path, "4.9.0")
+    records = _doctor(forkserver, tmp_path, "4.9.0")
     wide = records["wide_tile"]
     assert wide["enabled"], wide["reason"]
     assert wide["cute_dsl"] == "4.9.0" and wide["in_matrix"] is False

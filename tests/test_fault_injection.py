@@ -10,14 +10,23 @@ import pytest
 
 from fi_patches.features import feature
 from tests.fake_flashinfer import DSL_RELEASE, run_fi_patches, write_fake
+from tests.forkserver import ForkServer
 from tests.isolated_site import isolated_site, run_cli
 
 
 def doctor(
-    tmp_path: Path, fault: str, version: str = "0.7.4", dsl: str = DSL_RELEASE, **env: str
+    server: ForkServer,
+    tmp_path: Path,
+    fault: str,
+    version: str = "0.7.4",
+    dsl: str = DSL_RELEASE,
+    **env: str,
 ) -> dict:
+    """``doctor --json`` over a fake FlashInfer with ``fault`` (a fork of the fork server):
+    the pinned_tactics record, checked to name the fake's releases and the device."""
     root = write_fake(tmp_path / fault, fault, version, dsl)
-    result = run_fi_patches(["doctor", "--json"], root, {"FI_PATCHES_DEVICE": "sm_103", **env})
+    env = {"FI_PATCHES_DEVICE": "sm_103", **env}
+    result = run_fi_patches(["doctor", "--json"], root, env, server)
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr, result.stderr
     records = {r["name"]: r for r in json.loads(result.stdout)}
@@ -33,8 +42,8 @@ def flashinfer_probes(name: str) -> int:
     return sum(not i.path.startswith("cutlass.") for i in feature(name).internals())
 
 
-def test_the_healthy_fake_passes_every_probe_and_the_self_check(tmp_path):
-    record = doctor(tmp_path, "healthy")
+def test_the_healthy_fake_passes_every_probe_and_the_self_check(tmp_path, forkserver):
+    record = doctor(forkserver, tmp_path, "healthy")
     assert record["enabled"], record["reason"]
     assert all(p["ok"] for p in record["probes"])
 
@@ -74,20 +83,24 @@ def test_the_healthy_fake_passes_every_probe_and_the_self_check(tmp_path):
         ),
     ],
 )
-def test_a_fault_disables_the_feature_with_its_reason(tmp_path, fault, reason):
-    record = doctor(tmp_path, fault)
+def test_a_fault_disables_the_feature_with_its_reason(tmp_path, fault, reason, forkserver):
+    record = doctor(forkserver, tmp_path, fault)
     assert not record["enabled"]
     assert reason in record["reason"], record["reason"]
 
 
-def test_a_newer_release_is_disabled_unless_allowed(tmp_path):
-    record = doctor(tmp_path, "healthy", version="0.7.5")
+def test_a_newer_release_is_disabled_unless_allowed(tmp_path, forkserver):
+    record = doctor(forkserver, tmp_path, "healthy", version="0.7.5")
     assert not record["enabled"]
     assert "0.7.5 is newer than the verified range" in record["reason"]
     count = flashinfer_probes("pinned_tactics")
     assert f"all {count} probes pass; set FI_PATCHES_ALLOW_UNVERIFIED=1" in record["reason"]
     allowed = doctor(
-        tmp_path / "allowed", "healthy", version="0.7.5", FI_PATCHES_ALLOW_UNVERIFIED="1"
+        forkserver,
+        tmp_path / "allowed",
+        "healthy",
+        version="0.7.5",
+        FI_PATCHES_ALLOW_UNVERIFIED="1",
     )
     assert allowed["enabled"]
     assert (
@@ -95,11 +108,11 @@ def test_a_newer_release_is_disabled_unless_allowed(tmp_path):
     )
 
 
-def test_a_release_no_matrix_cell_ran_is_enabled_and_says_so(tmp_path):
+def test_a_release_no_matrix_cell_ran_is_enabled_and_says_so(tmp_path, forkserver):
     from fi_patches.internals.flashinfer import FLASHINFER
 
     assert "0.7.3" not in FLASHINFER.releases  # vLLM 0.34.0's pin, never on this registry
-    record = doctor(tmp_path, "healthy", version="0.7.3")
+    record = doctor(forkserver, tmp_path, "healthy", version="0.7.3")
     count = len(feature("pinned_tactics").internals())
     assert record["enabled"] and record["in_matrix"] is False
     assert record["reason"] == (
@@ -107,17 +120,17 @@ def test_a_release_no_matrix_cell_ran_is_enabled_and_says_so(tmp_path):
         f"{count} probes and the self-check pass."
     )
     root = write_fake(tmp_path / "table", "healthy", "0.7.3")
-    table = run_fi_patches(["doctor"], root, {"FI_PATCHES_DEVICE": "sm_103"}).stdout
+    table = run_fi_patches(["doctor"], root, {"FI_PATCHES_DEVICE": "sm_103"}, forkserver).stdout
     header = ["feature", "state", "flashinfer", "cute", "dsl", "in", "matrix"]
     assert table.splitlines()[0].split()[:7] == header
     row = next(line for line in table.splitlines() if line.startswith("pinned_tactics "))
     assert row.split()[1:5] == ["enabled", "0.7.3", DSL_RELEASE, "no"]
-    listed = doctor(tmp_path / "listed", "healthy", version="0.7.4")
+    listed = doctor(forkserver, tmp_path / "listed", "healthy", version="0.7.4")
     assert listed["in_matrix"] is True
     assert listed["reason"].startswith(f"FlashInfer 0.7.4 and CuTe DSL {DSL_RELEASE} are verified")
 
 
-def test_a_dsl_release_no_matrix_cell_ran_is_enabled_and_says_so(tmp_path):
+def test_a_dsl_release_no_matrix_cell_ran_is_enabled_and_says_so(tmp_path, forkserver):
     """The DSL's releases enter the verdict as FlashInfer's do: 4.8.0 and 4.8.1 are what the
     matrix's DSL cells ran; 4.9.0 (inside the range FlashInfer requires) enables with a reason
     saying no cell ran it, and doctor shows it."""
@@ -125,17 +138,17 @@ def test_a_dsl_release_no_matrix_cell_ran_is_enabled_and_says_so(tmp_path):
 
     assert CUTE_DSL.releases == ("4.8.0", "4.8.1")
     count = len(feature("pinned_tactics").internals())
-    record = doctor(tmp_path, "healthy", dsl="4.9.0")
+    record = doctor(forkserver, tmp_path, "healthy", dsl="4.9.0")
     assert record["enabled"] and record["in_matrix"] is False
     assert record["reason"] == (
         f"CuTe DSL 4.9.0 is not in the compat matrix; after verified 4.8.1; {count} probes and "
         "the self-check pass."
     )
     root = write_fake(tmp_path / "table", "healthy", "0.7.4", "4.9.0")
-    result = run_fi_patches(["doctor"], root, {"FI_PATCHES_DEVICE": "sm_103"})
+    result = run_fi_patches(["doctor"], root, {"FI_PATCHES_DEVICE": "sm_103"}, forkserver)
     row = next(line for line in result.stdout.splitlines() if line.startswith("pinned_tactics "))
     assert row.split()[1:6] == ["enabled", "0.7.4", "4.9.0", "no", "sm_103"]
-    both = doctor(tmp_path / "both", "healthy", version="0.7.3", dsl="4.9.0")
+    both = doctor(forkserver, tmp_path / "both", "healthy", version="0.7.3", dsl="4.9.0")
     assert both["enabled"] and both["in_matrix"] is False
     assert both["reason"] == (
         "FlashInfer 0.7.3 is not in the compat matrix; between verified 0.7.2.post1 and 0.7.4; "
@@ -145,8 +158,8 @@ def test_a_dsl_release_no_matrix_cell_ran_is_enabled_and_says_so(tmp_path):
 
 
 @pytest.mark.parametrize("dsl", ["4.8.0", "4.8.1"])
-def test_a_dsl_release_the_matrix_ran_is_verified(tmp_path, dsl):
-    record = doctor(tmp_path, "healthy", dsl=dsl)
+def test_a_dsl_release_the_matrix_ran_is_verified(tmp_path, dsl, forkserver):
+    record = doctor(forkserver, tmp_path, "healthy", dsl=dsl)
     count = len(feature("pinned_tactics").internals())
     assert record["enabled"] and record["in_matrix"] is True
     assert record["reason"] == (
@@ -154,8 +167,8 @@ def test_a_dsl_release_the_matrix_ran_is_verified(tmp_path, dsl):
     )
 
 
-def test_a_dsl_older_than_flashinfer_requires_is_disabled(tmp_path):
-    record = doctor(tmp_path, "healthy", dsl="4.7.0")
+def test_a_dsl_older_than_flashinfer_requires_is_disabled(tmp_path, forkserver):
+    record = doctor(forkserver, tmp_path, "healthy", dsl="4.7.0")
     dsl_probes = len(feature("pinned_tactics").internals()) - flashinfer_probes("pinned_tactics")
     assert not record["enabled"]
     assert record["reason"] == (
@@ -166,15 +179,21 @@ def test_a_dsl_older_than_flashinfer_requires_is_disabled(tmp_path):
 @pytest.mark.parametrize(
     ("version", "where"), [("0.7.5rc1", "newer than"), ("0.7.4rc1", "outside")]
 )
-def test_prereleases_are_not_the_release(tmp_path, version, where):
-    record = doctor(tmp_path, "healthy", version=version)
+def test_prereleases_are_not_the_release(tmp_path, version, where, forkserver):
+    record = doctor(forkserver, tmp_path, "healthy", version=version)
     assert not record["enabled"]
     assert f"{version} is {where} the verified range" in record["reason"]
 
 
-def test_an_unverified_release_with_a_broken_internal_stays_disabled_when_allowed(tmp_path):
+def test_an_unverified_release_with_a_broken_internal_stays_disabled_when_allowed(
+    tmp_path, forkserver
+):
     record = doctor(
-        tmp_path, "autotune_tactics_renamed", version="0.8.0", FI_PATCHES_ALLOW_UNVERIFIED="1"
+        forkserver,
+        tmp_path,
+        "autotune_tactics_renamed",
+        version="0.8.0",
+        FI_PATCHES_ALLOW_UNVERIFIED="1",
     )
     assert not record["enabled"]
     assert "autotune_tactics is missing" in record["reason"]

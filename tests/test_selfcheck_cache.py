@@ -11,8 +11,6 @@ import json
 import logging
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +20,7 @@ from fi_patches.compat import selfcheck_cache
 from fi_patches.internals import flashinfer as fi
 from fi_patches.internals.cute_dsl import CUTE_DSL
 from tests.conftest import require_release_supports
+from tests.forkserver import ForkServer
 
 RUN_HERE = {fi.FLASHINFER, CUTE_DSL}
 """The packages of the features judged here (the vLLM and SGLang ones stop earlier)."""
@@ -42,17 +41,23 @@ COMPILED = "compiled wide kernel tile 16"  # fi_patches.wide.kernel's log line: 
 
 
 def doctor(
-    cache: Path, *args: str, device: str = "sm_103", before: str = "", path: str = ""
+    server: ForkServer,
+    cache: Path,
+    *args: str,
+    device: str = "sm_103",
+    before: str = "",
+    path: str = "",
 ) -> tuple[dict, str]:
-    """doctor in a fresh process; ``before`` is code a consumer runs first (in that process),
-    ``path`` goes first on ``PYTHONPATH``."""
+    """doctor in a fresh process (a fork of the fork server, which imported torch alone);
+    ``before`` is code a consumer runs first (in that process), ``path`` goes first on
+    ``PYTHONPATH``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("FI_PATCHES_")}
     env.update(FI_PATCHES_DEVICE=device, FI_PATCHES_CACHE_DIR=str(cache))
     if path:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [path, env.get("PYTHONPATH")]))
     main = "import sys, fi_patches.cli; raise SystemExit(fi_patches.cli.main(sys.argv[1:]))"
-    command = [sys.executable, "-c", f"{before}\n{main}", "-v", "doctor", "--json", *args]
-    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    command = ["-c", f"{before}\n{main}", "-v", "doctor", "--json", *args]
+    result = server.run(command, env, os.getcwd(), timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     records = {r["name"]: (r["enabled"], r["reason"]) for r in json.loads(result.stdout)}
     return records, result.stderr
@@ -72,13 +77,13 @@ def stored(log: str) -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def cold(tmp_path_factory) -> tuple[Path, dict, str]:
+def cold(tmp_path_factory, forkserver) -> tuple[Path, dict, str]:
     """A cache written by one cold process: (its directory, its records, its log). Skips where
     a feature stops before its self-check on this FlashInfer (the compat matrix's cells)."""
     for feature in FEATURES:
         require_release_supports(feature)
     cache = tmp_path_factory.mktemp("cold")
-    records, log = doctor(cache)
+    records, log = doctor(forkserver, cache)
     return cache, records, log
 
 
@@ -108,19 +113,19 @@ def test_a_cold_process_runs_each_self_check_and_stores_its_outcome(cold):
             assert data["outcome"] in records[name][1]
 
 
-def test_a_second_process_reuses_every_outcome(cold, warm):
+def test_a_second_process_reuses_every_outcome(cold, warm, forkserver):
     before = {name: path.stat().st_mtime_ns for name, path in files(warm).items()}
-    records, log = doctor(warm)
+    records, log = doctor(forkserver, warm)
     assert reused(log) == set(FEATURES) and stored(log) == set()
     assert COMPILED not in log  # the wide self-check did not compile its kernel again
     assert records == cold[1]  # the same verdicts and reasons
     assert {name: path.stat().st_mtime_ns for name, path in files(warm).items()} == before
 
 
-def test_a_corrupt_file_is_rebuilt(cold, warm):
+def test_a_corrupt_file_is_rebuilt(cold, warm, forkserver):
     broken = files(warm)["wide_tile"]
     broken.write_text('{"key": {"feature": "wide_ti')  # as a killed writer might leave it
-    records, log = doctor(warm)
+    records, log = doctor(forkserver, warm)
     assert f"self-check cache {broken} is unreadable" in log
     assert stored(log) == {"wide_tile"}
     assert COMPILED in log
@@ -147,9 +152,9 @@ def test_a_file_of_another_key_is_not_trusted(tmp_path, monkeypatch, caplog):
     assert json.loads(path.read_text())["key"]["versions"]["torch"] != "0.0.0"
 
 
-def test_another_device_is_another_key(cold, warm):
+def test_another_device_is_another_key(cold, warm, forkserver):
     before = files(warm)
-    _, log = doctor(warm, device="sm_100")
+    _, log = doctor(forkserver, warm, device="sm_100")
     assert reused(log) == set(FEATURES) - set(ON_DEVICE) and stored(log) == set(ON_DEVICE)
     after = sorted((warm / "selfcheck").glob("*.json"))
     assert len(after) == len(FEATURES) + len(ON_DEVICE)
@@ -161,8 +166,8 @@ def test_another_device_is_another_key(cold, warm):
     )
 
 
-def test_doctor_fresh_runs_every_self_check_again_and_rewrites_the_cache(cold, warm):
-    records, log = doctor(warm, "--fresh")
+def test_doctor_fresh_runs_every_self_check_again_and_rewrites_the_cache(cold, warm, forkserver):
+    records, log = doctor(forkserver, warm, "--fresh")
     assert reused(log) == set() and stored(log) == set(FEATURES)
     assert COMPILED in log
     assert records == cold[1]
@@ -227,11 +232,13 @@ from 0.7.4 on, where ``lru_cache`` holds it)."""
 
 
 @pytest.mark.parametrize("body", ["return None", "raise RuntimeError('patched by a consumer')"])
-def test_a_flashinfer_patched_in_memory_is_judged_here_with_the_cache_warm(cold, warm, body):
+def test_a_flashinfer_patched_in_memory_is_judged_here_with_the_cache_warm(
+    cold, warm, body, forkserver
+):
     assert cold[1]["pinned_tactics"][0]  # the earlier process found it healthy
     if type(fi.low_latency_runner(103, True)) is not type(fi.low_latency_runner(103, True)):
         pytest.skip("this FlashInfer builds its low-latency runner class per call")
-    records, log = doctor(warm, before=BREAK_RUNNER.format(body=body))
+    records, log = doctor(forkserver, warm, before=BREAK_RUNNER.format(body=body))
     assert reused(log) == set(FEATURES)  # the cache is on and warm
     enabled, reason = records["pinned_tactics"]
     assert not enabled
@@ -258,20 +265,20 @@ def _copy_of_flashinfer(root: Path) -> Path:
     return site
 
 
-def test_an_edited_flashinfer_source_file_is_checked_again(tmp_path):
+def test_an_edited_flashinfer_source_file_is_checked_again(tmp_path, forkserver):
     for feature in FEATURES:
         require_release_supports(feature)
     site = _copy_of_flashinfer(tmp_path)
     cache = tmp_path / "cache"
-    _, log = doctor(cache, path=str(site))
+    _, log = doctor(forkserver, cache, path=str(site))
     assert stored(log) == set(FEATURES) and COMPILED in log
     module = fi.LOW_LATENCY_KERNEL.module
     edited = site / Path(*module.split(".")).with_suffix(".py")
     data = json.loads(files(cache)["wide_tile"].read_text())
     assert data["key"]["sources"][module].startswith(f"{edited}:")
     edited.write_text(edited.read_text() + "\n# patched in place, same version\n")
-    _, again = doctor(cache, path=str(site))
+    _, again = doctor(forkserver, cache, path=str(site))
     assert stored(again) == set(FEATURES) and reused(again) == set()
     assert COMPILED in again
-    _, third = doctor(cache, path=str(site))
+    _, third = doctor(forkserver, cache, path=str(site))
     assert reused(third) == set(FEATURES) and COMPILED not in third
