@@ -74,6 +74,20 @@ class RankMismatchError(RuntimeError):
         self.missing = missing
 
 
+class TacticDivergenceError(RankMismatchError):
+    """The ranks of a tune group were about to profile different candidate lists (the tuning
+    divergence detector's, :mod:`fi_patches.ranks.automatic`)."""
+
+    def __init__(
+        self, message: str, op: str, runner: str, bucket: str, lists: dict[int, Any]
+    ) -> None:
+        super().__init__(message)
+        self.op = op
+        self.runner = runner
+        self.bucket = bucket
+        self.lists = lists
+
+
 def _ranks_text(view: GroupView, ranks: tuple[int, ...]) -> str:
     names = [view.describe(r).removeprefix("rank ") for r in ranks]
     return f"rank {names[0]} has" if len(names) == 1 else f"ranks {', '.join(names)} have"
