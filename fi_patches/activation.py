@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fi_patches import _import_hooks
-from fi_patches import _words as words
+from fi_patches import _text as words
 from fi_patches import startup as process
 from fi_patches._logging import ROOT, get_logger
 from fi_patches.features import Feature
@@ -235,7 +235,7 @@ def activate_pins(
             False,
         )
     enable()
-    from fi_patches._words import section_counts
+    from fi_patches._text import section_counts
 
     counts = section_counts(table.sections)
     pins = f"pins from {table.source} ({counts})" if table else "no pins"

@@ -25,7 +25,7 @@ from packaging.version import Version
 
 from fi_patches import _env
 from fi_patches._logging import get_logger
-from fi_patches._untrusted import error_text
+from fi_patches._text import error_text
 from fi_patches.compat.target import (
     Device,
     current_device,

@@ -27,7 +27,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from fi_patches._untrusted import error_text
+from fi_patches._text import error_text
 
 Check = Callable[[Any], "str | None"]
 """A behavioural check: given the resolved object, None when it behaves as fi_patches needs,

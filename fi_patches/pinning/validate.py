@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from fi_patches._limits import LOW_LATENCY_MAX_ROWS
-from fi_patches._untrusted import error_text
+from fi_patches._text import error_text
 from fi_patches.internals import flashinfer as fi
 from fi_patches.pinning import stack
 from fi_patches.pins.default import REFRESHED, WeakCache

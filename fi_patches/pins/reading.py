@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from fi_patches._untrusted import error_text, safe_repr
+from fi_patches._text import error_text, safe_repr
 from fi_patches.pins.errors import LEFT_OUT, PinProblem, PinTableError
 
 if sys.version_info >= (3, 11):

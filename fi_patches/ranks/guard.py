@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from fi_patches._env import GUARD_MODES as MODES
 from fi_patches._logging import get_logger
-from fi_patches._untrusted import cut
+from fi_patches._text import cut
 from fi_patches.ranks.exchange import (
     ExchangeError,
     ExchangeTimeout,
