@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fi_patches import _import_hooks
 from fi_patches import _text as words
 from fi_patches import startup as process
 from fi_patches._logging import ROOT, get_logger
@@ -107,7 +106,7 @@ def enable() -> None:
             _apply()  # imported already (the start-up hook calls this just after the import)
         elif not _state.hook_registered:
             _state.hook_registered = True
-            _import_hooks.when_imported(FLASHINFER.module, _apply)
+            process.when_imported(FLASHINFER.module, _apply)
 
 
 def disable() -> None:
