@@ -59,9 +59,9 @@ def _apply(module: Any = None) -> None:
                 _state.held.append(guard)
         try:
             from fi_patches.pinning import stack
-            from fi_patches.pinning.context import applicable
             from fi_patches.pinning.index import runner_names
             from fi_patches.pinning.installation import hold_for
+            from fi_patches.pinning.validate import applicable
 
             active, sections = applicable(None, _process_wide())
             if active is None:
