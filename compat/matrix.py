@@ -12,7 +12,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from compat.outcomes import TestCase
-from fi_patches import _toml
+from fi_patches.pins.reading import toml
 
 MATRIX_FILE = Path(__file__).with_name("matrix.toml")
 NEWEST = "newest"
@@ -417,8 +417,8 @@ def load(path: Path | str = MATRIX_FILE) -> Matrix:
     path = Path(path)
     with path.open("rb") as handle:
         try:
-            data = _toml.load(handle)
-        except _toml.TOMLDecodeError as exc:
+            data = toml.load(handle)
+        except toml.TOMLDecodeError as exc:
             raise MatrixError(f"{path}: {exc}") from exc
     return parse(data, source=str(path))
 

@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 from fi_patches._lazy import lazy_exports
-from fi_patches._version import VERSION as __version__
 
 TYPE_CHECKING = False  # not typing's: the start-up hook imports this package at every start
 
@@ -25,11 +24,13 @@ _EXPORTS = {
     "disable": "fi_patches.activation",
     "rank_guard": "fi_patches.ranks.guard",
     "RankMismatchError": "fi_patches.ranks.guard",
+    "__version__": "fi_patches._version",
 }
 
-__all__ = [*sorted(_EXPORTS), "__version__"]
+__all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
+    from fi_patches._version import __version__ as __version__
     from fi_patches.activation import disable as disable
     from fi_patches.activation import enable as enable
     from fi_patches.internals import InternalError as InternalError

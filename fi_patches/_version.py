@@ -2,3 +2,4 @@
 package's face."""
 
 VERSION = "0.1.0"
+__version__ = VERSION

@@ -21,8 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from fi_patches import _import_hooks
-from fi_patches import _words as words
+from fi_patches import _text as words
 from fi_patches import startup as process
 from fi_patches._logging import ROOT, get_logger
 from fi_patches.features import Feature
@@ -60,9 +59,9 @@ def _apply(module: Any = None) -> None:
                 _state.held.append(guard)
         try:
             from fi_patches.pinning import stack
-            from fi_patches.pinning.context import applicable
             from fi_patches.pinning.index import runner_names
             from fi_patches.pinning.installation import hold_for
+            from fi_patches.pinning.validate import applicable
 
             active, sections = applicable(None, _process_wide())
             if active is None:
@@ -107,7 +106,7 @@ def enable() -> None:
             _apply()  # imported already (the start-up hook calls this just after the import)
         elif not _state.hook_registered:
             _state.hook_registered = True
-            _import_hooks.when_imported(FLASHINFER.module, _apply)
+            process.when_imported(FLASHINFER.module, _apply)
 
 
 def disable() -> None:
@@ -235,7 +234,7 @@ def activate_pins(
             False,
         )
     enable()
-    from fi_patches._words import section_counts
+    from fi_patches._text import section_counts
 
     counts = section_counts(table.sections)
     pins = f"pins from {table.source} ({counts})" if table else "no pins"

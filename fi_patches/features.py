@@ -19,12 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from packaging.specifiers import SpecifierSet
 
+from fi_patches import internals as declared_in
+from fi_patches.internals import CUTE_DSL, SGLANG, VLLM, Declared, Dependency
 from fi_patches.internals import PINNED_OPS as PINNED_OPS_NAME
-from fi_patches.internals import Declared, Dependency
 from fi_patches.internals import flashinfer as fi
-from fi_patches.internals import sglang as sg
-from fi_patches.internals import vllm as vl
-from fi_patches.internals.cute_dsl import CUTE_DSL
 
 if TYPE_CHECKING:
     from fi_patches.compat.target import Device
@@ -143,30 +141,30 @@ PRESEED = Feature(
 )
 
 VLLM_PLUGIN = Feature(
-    name=vl.PLUGIN,
+    name=declared_in.VLLM_PLUGIN,
     summary="vLLM's general plugin activates fi_patches (FI_PATCHES_PINS) in every vLLM process",
-    requires=(vl.VLLM,),
-    devices=vl.PLUGIN_DEVICES,
+    requires=(VLLM,),
+    devices=declared_in.VLLM_PLUGIN_DEVICES,
     self_check="fi_patches.vllm.plugin:plugin_self_check",
 )
 
 VLLM_ROUTE = Feature(
-    name=vl.ROUTE,
+    name=declared_in.VLLM_ROUTE,
     summary="vLLM's cute-dsl MXFP8 linears send their GEMM through fi_patches.mxfp8.mm",
     # fi_patches.mxfp8.mm's own routes gate their FlashInfer internals; FlashInfer's verified
     # range is the one the route's call of it is verified on.
-    requires=(vl.VLLM, fi.FLASHINFER),
-    devices=vl.ROUTE_DEVICES,
+    requires=(VLLM, fi.FLASHINFER),
+    devices=declared_in.VLLM_ROUTE_DEVICES,
     self_check="fi_patches.vllm.route:route_self_check",
 )
 
 SGLANG_PLUGIN = Feature(
-    name=sg.PLUGIN,
+    name=declared_in.SGLANG_PLUGIN,
     summary=(
         "SGLang's general plugin activates fi_patches (FI_PATCHES_PINS) in every SGLang process"
     ),
-    requires=(sg.SGLANG,),
-    devices=sg.PLUGIN_DEVICES,
+    requires=(SGLANG,),
+    devices=declared_in.SGLANG_PLUGIN_DEVICES,
     self_check="fi_patches.sglang.plugin:plugin_self_check",
 )
 

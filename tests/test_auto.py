@@ -319,10 +319,10 @@ def test_with_the_variable_the_hook_imports_nothing_heavy_until_flashinfer(
         "import sys; heavy = ('wrapt', 'asyncio', 'importlib.metadata', 'torch', 'flashinfer', "
         "'fi_patches.activation', 'fi_patches.compat'); "
         "print(sorted(m for m in sys.modules if m.startswith(heavy))); "
-        "print([type(f).__name__ for f in sys.meta_path if type(f).__module__ == 'fi_patches._import_hooks']); "
+        "print([type(f).__name__ for f in sys.meta_path if type(f).__module__ == 'fi_patches.startup']); "
         "import flashinfer; "
-        "print([type(f).__name__ for f in sys.meta_path if type(f).__module__ == 'fi_patches._import_hooks']); "
-        "print(type(flashinfer.__loader__).__module__ != 'fi_patches._import_hooks', flashinfer.__spec__.loader is flashinfer.__loader__, "
+        "print([type(f).__name__ for f in sys.meta_path if type(f).__module__ == 'fi_patches.startup']); "
+        "print(type(flashinfer.__loader__).__module__ != 'fi_patches.startup', flashinfer.__spec__.loader is flashinfer.__loader__, "
         "'wrapt' in sys.modules)"
     )
     result = run(installed_python, ["python", "-c", code], tmp_path, FI_PATCHES_AUTO="1")

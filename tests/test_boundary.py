@@ -149,3 +149,22 @@ def test_every_internal_is_guarded_and_needed(internal):
         assert option.module.split(".")[0] in (*FOREIGN, *DSL, "torch")
     keys = [i.key for i in declared()]
     assert keys.count(internal.key) == 1, f"{internal.key} is declared twice"
+
+
+def test_a_feature_reads_only_the_modules_that_declare_for_it():
+    """``needed_by`` reads only the boundary modules ``DECLARING`` lists for a feature (so judging
+    the pinning features never imports vLLM's or SGLang's declarations): none of them declares
+    an internal for a feature it is not listed for, and each feature finds what a full read finds."""
+    import importlib
+
+    from fi_patches.features import FEATURES
+    from fi_patches.internals import DECLARING, needed_by
+
+    for name, only in DECLARING:
+        if only is not None:
+            module = importlib.import_module(f"fi_patches.internals.{name}")
+            stray = {f for i in module.INTERNALS for f in i.features} - set(only)
+            assert not stray, f"internals/{name}.py declares for {sorted(stray)} too"
+    every = declared()
+    for feature in FEATURES:
+        assert needed_by(feature.name) == tuple(i for i in every if feature.name in i.features)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from fi_patches._untrusted import safe_repr
+from fi_patches._text import safe_repr
 from fi_patches.pins import PinTable, PinTableError
 from fi_patches.pins.errors import MAX_SHOWN_PROBLEMS, PinProblem
 from fi_patches.pins.reading import MAX_FILE_BYTES

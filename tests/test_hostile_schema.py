@@ -27,10 +27,9 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from packaging.specifiers import SpecifierSet
 
-from fi_patches import _toml
 from fi_patches.compat.target import normalize_arch
 from fi_patches.pins import PinTable, PinTableError
-from fi_patches.pins.reading import MAX_FILE_BYTES
+from fi_patches.pins.reading import MAX_FILE_BYTES, toml
 from fi_patches.pins.schema import (
     CLUSTER_MAX,
     K_MAX,
@@ -411,7 +410,7 @@ def reference_parse(body: bytes, suffix: str) -> Any:
     try:
         text_ = body.decode("utf-8-sig")
         if suffix == ".toml":
-            return _toml.loads(text_)
+            return toml.loads(text_)
         return json.loads(text_)
     except (ValueError, RecursionError):
         return None

@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from fi_patches import _toml
+from fi_patches.pins.reading import toml
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _layers() -> list[list[str]]:
     """The layers contract's modules, the bottom layer first."""
-    config = _toml.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    config = toml.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     contracts = config["tool"]["importlinter"]["contracts"]
     layers = next(c for c in contracts if c["type"] == "layers")["layers"]
     return [[m.strip() for m in re.split(r"[|:]", layer)] for layer in reversed(layers)]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from fi_patches._untrusted import value_text
+from fi_patches._text import value_text
 from fi_patches.cli import main
 from fi_patches.mxfp8 import wide_tiles_served
 from fi_patches.pins.errors import PinProblem

@@ -1,4 +1,4 @@
-"""fi_patches' post-import hooks (``fi_patches._import_hooks``, which the start-up hook uses), and ``python -m
+"""fi_patches' post-import hooks (``fi_patches.startup.when_imported``, which the start-up hook uses), and ``python -m
 fi_patches hook install|uninstall|status`` in an editable install (the README's quick start),
 where no ``.pth`` comes with the package.
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from fi_patches import _import_hooks, startup
+from fi_patches import startup
 from tests import lowlat
 
 N, K = lowlat.SHAPE
@@ -37,7 +37,7 @@ def on_path(tmp_path, monkeypatch):
     for name in [m for m in sys.modules if m.startswith("fi14_")]:
         del sys.modules[name]
     for name, hook in list(HOOKS):
-        _import_hooks.discard(name, hook)
+        startup.discard(name, hook)
     HOOKS.clear()
 
 
@@ -47,11 +47,11 @@ HOOKS: list = []
 def hook_on(name, callback):
     """Register ``callback`` on the import of ``name`` (discarded after the test)."""
     HOOKS.append((name, callback))
-    _import_hooks.when_imported(name, callback)
+    startup.when_imported(name, callback)
 
 
 def finders():
-    return [f for f in sys.meta_path if type(f).__module__ == _import_hooks.__name__]
+    return [f for f in sys.meta_path if type(f).__module__ == startup.__name__]
 
 
 def test_the_finder_fires_once_after_the_import_and_leaves_no_trace(on_path):
@@ -86,10 +86,10 @@ def test_a_failing_import_does_not_fire_and_a_later_one_does(on_path):
             import fi14_flaky
     finally:
         del os.environ["FI14_FAIL"]
-    assert seen == [] and _import_hooks.waiting("fi14_flaky")
+    assert seen == [] and startup.waiting("fi14_flaky")
     import fi14_flaky  # noqa: F401
 
-    assert len(seen) == 1 and not _import_hooks.waiting("fi14_flaky") and finders() == []
+    assert len(seen) == 1 and not startup.waiting("fi14_flaky") and finders() == []
 
 
 def test_a_failing_callback_is_logged_and_never_reaches_the_importer(on_path, caplog):
@@ -105,7 +105,7 @@ def test_a_failing_callback_is_logged_and_never_reaches_the_importer(on_path, ca
     assert fi14_quiet.VALUE == 1
     assert "hook on the import of fi14_quiet failed" in caplog.text
     assert "callback broke" in caplog.text
-    assert not _import_hooks.waiting("fi14_quiet") and finders() == []
+    assert not startup.waiting("fi14_quiet") and finders() == []
 
 
 def test_other_imports_pass_through(on_path):
@@ -114,7 +114,7 @@ def test_other_imports_pass_through(on_path):
     hook_on("fi14_absent_target", seen.append)
     import fi14_other
 
-    assert fi14_other.VALUE == 2 and seen == [] and _import_hooks.waiting("fi14_absent_target")
+    assert fi14_other.VALUE == 2 and seen == [] and startup.waiting("fi14_absent_target")
     with pytest.raises(ModuleNotFoundError):
         import fi14_absent_target  # noqa: F401
     assert seen == []

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from fi_patches._untrusted import value_text
+from fi_patches._text import value_text
 from fi_patches.chain.ops import Op
 from fi_patches.chain.spec import ReplayError, TuneError
 from fi_patches.pins.errors import PinTableError

@@ -226,7 +226,7 @@ def _tune(
         files.append((args.save_timings, timer.text(device=device, flashinfer=version)))
     write_all(files)
     print(_report(results))
-    from fi_patches._words import section_counts
+    from fi_patches._text import section_counts
 
     counts = section_counts(table.to_mapping())
     print(f"wrote {args.out} ({counts}) and {sidecar}")

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fi_patches._words import plain
+from fi_patches._text import plain
 from fi_patches.cli.console import render
 from fi_patches.startup import ENV, PTH_LINE, PTH_NAME, requested
 
@@ -201,7 +201,7 @@ def run_status(args: argparse.Namespace) -> int:
 
 
 def register_hook(commands: Any) -> None:
-    from fi_patches._words import plain
+    from fi_patches._text import plain
 
     parser = commands.add_parser(
         "hook",

@@ -112,7 +112,7 @@ def run_record(args: argparse.Namespace) -> int:
     import json
 
     from fi_patches._atomic import OutputError, check_output, overwrites_input, write_all
-    from fi_patches._words import section_counts
+    from fi_patches._text import section_counts
     from fi_patches.compat.evaluate import installed_flashinfer
     from fi_patches.internals import tuner as fi_tuner
     from fi_patches.pins.errors import PinTableError

@@ -25,7 +25,7 @@ from packaging.version import Version
 
 from fi_patches import _env
 from fi_patches._logging import get_logger
-from fi_patches._untrusted import error_text
+from fi_patches._text import error_text
 from fi_patches.compat.target import (
     Device,
     current_device,
@@ -36,8 +36,7 @@ from fi_patches.compat.target import (
     parse_version,
 )
 from fi_patches.features import Feature
-from fi_patches.internals import Declared, Dependency, InternalError, modules_of
-from fi_patches.internals.cute_dsl import CUTE_DSL
+from fi_patches.internals import CUTE_DSL, Declared, Dependency, InternalError, modules_of
 from fi_patches.internals.flashinfer import FLASHINFER
 
 logger = get_logger(__name__)

@@ -27,7 +27,7 @@ from typing import Any
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from fi_patches._untrusted import error_text
+from fi_patches._text import error_text
 
 Check = Callable[[Any], "str | None"]
 """A behavioural check: given the resolved object, None when it behaves as fi_patches needs,
@@ -287,28 +287,87 @@ ENGINE = (PINNED_OPS, PINNED_TACTICS, PINNED_CUTE_DSL, WIDE_TILE, PRESEED)
 """Every feature whose pins go through fi_patches' wrappers of FlashInfer's tuner."""
 
 
-def declared() -> tuple[Declared, ...]:
-    """Every declared internal, of every dependency (declarations import nothing heavy)."""
-    from fi_patches.internals import cute_dsl, flashinfer, sglang, tune_group, tuner, vllm
+VLLM_PLUGIN, VLLM_ROUTE = "vllm_plugin", "vllm_route"
+SGLANG_PLUGIN = "sglang_plugin"
 
-    return (
-        tuner.INTERNALS
-        + flashinfer.INTERNALS
-        + cute_dsl.INTERNALS
-        + tune_group.INTERNALS
-        + vllm.INTERNALS
-        + sglang.INTERNALS
-    )
+# the packages patched besides FlashInfer and where their features run (declared here, so that
+# declaring every feature, :mod:`fi_patches.features`, loads none of their internals: a process
+# that evaluates only the pinning features never imports ``vllm.py``, ``sglang.py`` or
+# ``cute_dsl.py``; each of those modules re-exports its own) ----------
+
+CUTE_DSL_DISTRIBUTION = "nvidia-cutlass-dsl"
+
+CUTE_DSL = Dependency(
+    distribution=CUTE_DSL_DISTRIBUTION,
+    module="cutlass",
+    verified=SpecifierSet(">=4.8.0"),
+    label="CuTe DSL",
+    releases=("4.8.0", "4.8.1"),
+)
+"""The CuTe DSL: the range FlashInfer's releases require (``nvidia-cutlass-dsl>=4.8.0``; a newer
+DSL is inside it) and the releases the compat matrix's DSL cells ran. Another release inside the
+range is enabled only with a reason saying no cell ran it."""
+
+VLLM = Dependency(
+    distribution="vllm",
+    module="vllm",
+    verified=SpecifierSet("==0.34.0"),
+    label="vLLM",
+    releases=("0.34.0",),  # what ``nox -s vllm`` installs
+)
+"""vLLM, and the releases the integration is verified on (prerelease-aware, as FlashInfer's)."""
+
+VLLM_PLUGIN_DEVICES: tuple[str, ...] = ()
+"""The plugin runs on any device: it only arms fi_patches, whose features gate themselves."""
+
+VLLM_ROUTE_DEVICES = ("sm_100", "sm_103")
+"""Where vLLM picks this kernel (the sm_10x family) and fi_patches' routes run."""
+
+SGLANG = Dependency(
+    distribution="sglang",
+    module="sglang",
+    verified=SpecifierSet("==0.5.23"),
+    label="SGLang",
+    releases=("0.5.23",),  # what ``nox -s sglang`` installs
+)
+"""SGLang, and the releases the plugin is verified on (prerelease-aware, as FlashInfer's)."""
+
+SGLANG_PLUGIN_DEVICES: tuple[str, ...] = ()
+"""The plugin runs on any device: it only arms fi_patches, whose features gate themselves."""
+
+# where the internals are declared ----------
+
+DECLARING: tuple[tuple[str, tuple[str, ...] | None], ...] = (
+    ("tuner", None),
+    ("flashinfer", None),
+    ("cute_dsl", (PINNED_TACTICS, PINNED_CUTE_DSL, WIDE_TILE)),
+    ("tune_group", None),
+    ("vllm", (VLLM_PLUGIN, VLLM_ROUTE)),
+    ("sglang", (SGLANG_PLUGIN,)),
+)
+"""The boundary's modules that declare internals (their ``INTERNALS``), in declaration order,
+each with the only features it declares internals for (None: any). :func:`needed_by` reads only
+a feature's own modules; ``tests/test_boundary.py`` checks no module declares for another."""
+
+
+def declared(modules: tuple[str, ...] | None = None) -> tuple[Declared, ...]:
+    """Every declared internal, of every dependency (declarations import nothing heavy); with
+    ``modules``, only those of the boundary's modules named there."""
+    found: list[Declared] = []
+    for name, _ in DECLARING:
+        if modules is None or name in modules:
+            found.extend(importlib.import_module(f"{__name__}.{name}").INTERNALS)
+    return tuple(found)
 
 
 def absence(internal: Declared) -> str:
     """Why ``internal`` does not resolve here, as a clause: its package is not installed
     (``vLLM is not installed``), else the path that is not there in this release."""
-    from fi_patches.internals import cute_dsl, flashinfer, sglang, vllm
+    from fi_patches.internals.flashinfer import FLASHINFER
 
     module = (internal.options[0] if isinstance(internal, OneOf) else internal).module
     top = module.partition(".")[0]
-    for dependency in (flashinfer.FLASHINFER, cute_dsl.CUTE_DSL, vllm.VLLM, sglang.SGLANG):
+    for dependency in (FLASHINFER, CUTE_DSL, VLLM, SGLANG):
         if dependency.module == top and not dependency.installed():
             return f"{dependency.label} is not installed here, so {internal.path} is not there"
     if isinstance(internal, OneOf):
@@ -317,8 +376,10 @@ def absence(internal: Declared) -> str:
 
 
 def needed_by(feature: str) -> tuple[Declared, ...]:
-    """The internals ``feature`` declares it needs, in declaration order."""
-    return tuple(i for i in declared() if feature in i.features)
+    """The internals ``feature`` declares it needs, in declaration order (reading only the
+    modules that may declare internals for it)."""
+    modules = tuple(name for name, only in DECLARING if only is None or feature in only)
+    return tuple(i for i in declared(modules) if feature in i.features)
 
 
 def modules_of(feature: str) -> tuple[str, ...]:

@@ -19,32 +19,20 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from packaging.specifiers import SpecifierSet
-
 from fi_patches.internals import (
     CALLABLE,
     CLASS,
+    CUTE_DSL,
     PINNED_CUTE_DSL,
     PINNED_TACTICS,
     WIDE_TILE,
     Declared,
-    Dependency,
     Internal,
     InternalError,
 )
+from fi_patches.internals import CUTE_DSL_DISTRIBUTION as DISTRIBUTION
 
-DISTRIBUTION = "nvidia-cutlass-dsl"
-
-CUTE_DSL = Dependency(
-    distribution=DISTRIBUTION,
-    module="cutlass",
-    verified=SpecifierSet(">=4.8.0"),
-    label="CuTe DSL",
-    releases=("4.8.0", "4.8.1"),
-)
-"""The CuTe DSL: the range FlashInfer's releases require (``nvidia-cutlass-dsl>=4.8.0``; a newer
-DSL is inside it) and the releases the compat matrix's DSL cells ran. Another release inside the
-range is enabled only with a reason saying no cell ran it."""
+__all__ = ["CUTE_DSL", "DISTRIBUTION"]
 
 CAPACITY_ARCH = "sm_100"
 """The arch FlashInfer's low-latency module asks the DSL's shared-memory capacity of."""

@@ -20,27 +20,19 @@ import re
 from pathlib import Path
 from typing import Any
 
-from packaging.specifiers import SpecifierSet
-
 from fi_patches.internals import (
     ATTRIBUTE,
     CALLABLE,
     MODULE,
+    SGLANG,
     Declared,
-    Dependency,
     Internal,
 )
+from fi_patches.internals import SGLANG_PLUGIN as PLUGIN
+from fi_patches.internals import SGLANG_PLUGIN_DEVICES as PLUGIN_DEVICES
 
-SGLANG = Dependency(
-    distribution="sglang",
-    module="sglang",
-    verified=SpecifierSet("==0.5.23"),
-    label="SGLang",
-    releases=("0.5.23",),  # what ``nox -s sglang`` installs
-)
-"""SGLang, and the releases the plugin is verified on (prerelease-aware, as FlashInfer's)."""
+__all__ = ["PLUGIN", "PLUGIN_DEVICES", "SGLANG"]
 
-PLUGIN = "sglang_plugin"
 
 # --- the general plugin -------------------------------------------------------------------------
 
@@ -59,9 +51,6 @@ PLUGINS_ENV = "SGLANG_PLUGINS"
 """SGLang's whitelist of general plugins (comma-separated names; unset: all of them)."""
 
 LOGGER = "sglang"
-
-PLUGIN_DEVICES: tuple[str, ...] = ()
-"""The plugin runs on any device: it only arms fi_patches, whose features gate themselves."""
 
 # --- its tuning step ----------------------------------------------------------------------------
 

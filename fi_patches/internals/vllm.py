@@ -21,28 +21,22 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from packaging.specifiers import SpecifierSet
-
 from fi_patches.internals import (
     ATTRIBUTE,
     CALLABLE,
     METHOD,
     MODULE,
+    VLLM,
     Declared,
-    Dependency,
     Internal,
 )
+from fi_patches.internals import VLLM_PLUGIN as PLUGIN
+from fi_patches.internals import VLLM_PLUGIN_DEVICES as PLUGIN_DEVICES
+from fi_patches.internals import VLLM_ROUTE as ROUTE
+from fi_patches.internals import VLLM_ROUTE_DEVICES as ROUTE_DEVICES
 
-VLLM = Dependency(
-    distribution="vllm",
-    module="vllm",
-    verified=SpecifierSet("==0.34.0"),
-    label="vLLM",
-    releases=("0.34.0",),  # what ``nox -s vllm`` installs
-)
-"""vLLM, and the releases the integration is verified on (prerelease-aware, as FlashInfer's)."""
+__all__ = ["PLUGIN", "PLUGIN_DEVICES", "ROUTE", "ROUTE_DEVICES", "VLLM"]
 
-PLUGIN, ROUTE = "vllm_plugin", "vllm_route"
 
 # --- the general plugin -------------------------------------------------------------------------
 
@@ -57,9 +51,6 @@ ENTRY_POINT_VALUE = "fi_patches.vllm.plugin:register"
 
 LOGGER = "vllm"
 """The logger vLLM configures (handler, level, format) when it builds its engine."""
-
-PLUGIN_DEVICES: tuple[str, ...] = ()
-"""The plugin runs on any device: it only arms fi_patches, whose features gate themselves."""
 
 PLUGIN_INTERNALS: tuple[Declared, ...] = (
     Internal("vllm_plugins", MODULE, PLUGINS_MODULE, "", (PLUGIN,)),
@@ -87,8 +78,6 @@ VLLM_MM_MXFP8 = "mm_mxfp8"
 """vLLM's ``mm_mxfp8`` custom op (defined only where vLLM finds FlashInfer usable)."""
 CUTE_DSL_BACKEND = "cute-dsl"
 
-ROUTE_DEVICES = ("sm_100", "sm_103")
-"""Where vLLM picks this kernel (the sm_10x family) and fi_patches' routes run."""
 
 ROUTE_INTERNALS: tuple[Declared, ...] = (
     Internal("vllm_mxfp8_kernel_module", MODULE, KERNEL_MODULE, "", (ROUTE,)),

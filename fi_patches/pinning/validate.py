@@ -4,26 +4,38 @@ own enumerator offers for its problem, and every row range must be made of whole
 
 Checks always see FlashInfer's stock lists (they run in an isolated pin scope, so a block open
 around them does not narrow what the runner offers), and an error FlashInfer raises while
-checking an entry is a problem of that entry, never an escaping exception."""
+checking an entry is a problem of that entry, never an escaping exception.
+
+:func:`applicable` is what a ``pinned_tactics()`` block and the process-wide pins activate: the
+sections of a table whose feature is enabled here, on a table chosen for this device, checked."""
 
 from __future__ import annotations
 
 import functools
+import logging
+import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from fi_patches._limits import LOW_LATENCY_MAX_ROWS
-from fi_patches._untrusted import error_text
+from fi_patches._logging import get_logger, log_once
+from fi_patches._text import error_text
+from fi_patches.compat.evaluate import installed_flashinfer, status_of
+from fi_patches.compat.target import current_device
+from fi_patches.features import feature_of_section, pinned_sections
 from fi_patches.internals import flashinfer as fi
 from fi_patches.pinning import stack
-from fi_patches.pins.default import REFRESHED, WeakCache
+from fi_patches.pins.default import REFRESHED, WeakCache, as_table, default_pins
 from fi_patches.pins.errors import PinProblem, PinTableError
 from fi_patches.pins.keys import bucket_groups, tactic_json
-from fi_patches.pins.schema import RowRangePin
+from fi_patches.pins.schema import SECTIONS, RowRangePin
 from fi_patches.pins.table import PinTable
 
 Checker = Callable[[PinTable], list[PinProblem]]
+
+logger = get_logger("fi_patches.pinning.context")
+"""The logger of what :func:`applicable` skips, named for the blocks and activation that ask."""
 
 
 mxfp8_bucket_of = fi.bucket_of
@@ -383,3 +395,80 @@ def _without_invalid(table: PinTable, problems: list[PinProblem]) -> PinTable:
     with _lock:
         _checked.fresh()[kept] = checked_sections()
     return kept
+
+
+# the table pins activate: the sections of it that apply here, checked ----------
+
+_views: WeakCache[PinTable, dict[tuple[str, ...], PinTable]] = WeakCache(REFRESHED)
+_views_lock = threading.Lock()
+
+
+def _view(table: PinTable, sections: tuple[str, ...]) -> PinTable:
+    """``table`` restricted to ``sections`` (one object per table and sections)."""
+    if all(not table.entries(s) for s in SECTIONS if s not in sections):
+        return table
+    with _views_lock:
+        views = _views.fresh().setdefault(table, {})
+        view = views.get(sections)
+        if view is None:
+            view = PinTable(table.meta, {s: table.entries(s) for s in sections}, table.source)
+            views[sections] = view
+        return view
+
+
+def applicable(
+    table: PinTable | str | os.PathLike[str] | Mapping[str, object] | None,
+    who: str = "fi_patches.pinned_tactics()",
+) -> tuple[PinTable | None, tuple[str, ...]]:
+    """The table to activate and the sections of it that apply here; ``(None, ())`` when
+    nothing applies (the reasons are logged once, led by ``who``: what the user did that
+    asked for the pins, such as a ``pinned_tactics()`` block or process-wide pins)."""
+    resolved = default_pins() if table is None else as_table(table)
+    suspended = stack.suspended()
+    if suspended is not None:
+        log_once(
+            logger,
+            logging.WARNING,
+            f"suspended:{suspended}",
+            "fi_patches pins nothing: pins are suspended (%s); fi_patches.enable() resumes them",
+            suspended,
+        )
+        return None, ()
+    wanted = tuple(s for s in pinned_sections() if resolved.entries(s))
+    if not wanted:
+        return None, ()
+    sections, ignored = [], []
+    for section in wanted:
+        record = status_of(feature_of_section(section).name)
+        if record.enabled:
+            sections.append(section)
+        else:
+            ignored.append(f"[[{section}]] ({record.name} {record.reason})")
+    if ignored:
+        log_once(
+            logger,
+            logging.WARNING,
+            "disabled:" + ";".join(ignored),
+            "%s ignores the %s pins: %s",
+            who,
+            "/".join(s.split(" ")[0] for s in ignored),
+            "; ".join(ignored),
+        )
+    if not sections:
+        return None, ()
+    skip = resolved.skip_reason(current_device().arch)
+    if skip is not None:
+        log_once(
+            logger,
+            logging.WARNING,
+            f"skip:{skip}",
+            "%s skips a table: %s",
+            who,
+            skip,
+        )
+        return None, ()
+    upgrade = resolved.other_release(installed_flashinfer().version)
+    if upgrade is not None:
+        log_once(logger, logging.INFO, f"upgrade:{upgrade}", "fi_patches: %s", upgrade)
+    checked = check_table(resolved, sections)
+    return _view(checked, tuple(sections)), tuple(sections)

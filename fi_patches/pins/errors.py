@@ -1,6 +1,6 @@
 """Errors of pin tables: every problem names the file, the entry and the field with its value.
 
-Values come from untrusted files, so they are shown through :mod:`fi_patches._untrusted`: as the
+Values come from untrusted files, so they are shown through :mod:`fi_patches._text`: as the
 file spells them, bounded in length and depth, and never formatting an integer past Python's
 int-to-str digit limit."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fi_patches._untrusted import cut, safe_name, value_text
+from fi_patches._text import cut, safe_name, value_text
 
 MAX_SHOWN_PROBLEMS = 50
 """A :class:`PinTableError`'s message lists at most this many problems (``problems`` has all)."""

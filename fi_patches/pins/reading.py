@@ -19,13 +19,20 @@ import difflib
 import json
 import os
 import stat
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from fi_patches import _toml
-from fi_patches._untrusted import error_text, safe_repr
+from fi_patches._text import error_text, safe_repr
 from fi_patches.pins.errors import LEFT_OUT, PinProblem, PinTableError
+
+if sys.version_info >= (3, 11):
+    import tomllib as toml
+else:
+    import tomli as toml
+"""The TOML reader: the standard library's ``tomllib`` on Python 3.11+, its backport ``tomli``
+(a dependency on 3.10 only) before that. Every module that parses TOML takes it from here."""
 
 T = TypeVar("T")
 
@@ -295,8 +302,8 @@ def _decode(data: bytes, source: str) -> str:
 
 def _parse_toml(text: str, source: str) -> object:
     try:
-        return _toml.loads(text)
-    except _toml.TOMLDecodeError as exc:
+        return toml.loads(text)
+    except toml.TOMLDecodeError as exc:
         raise _refuse(
             source, "TOML", error_text(exc, 200).removeprefix("TOMLDecodeError: ")
         ) from exc

@@ -14,15 +14,15 @@ _EXPORTS = {
     "RankMismatchError": "fi_patches.ranks.guard",
     "Fingerprint": "fi_patches.ranks.guard",
     "local_fingerprint": "fi_patches.ranks.guard",
-    "TacticDivergenceError": "fi_patches.ranks.automatic",
+    "TacticDivergenceError": "fi_patches.ranks.guard",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
-    from fi_patches.ranks.automatic import TacticDivergenceError as TacticDivergenceError
     from fi_patches.ranks.guard import Fingerprint as Fingerprint
     from fi_patches.ranks.guard import RankMismatchError as RankMismatchError
+    from fi_patches.ranks.guard import TacticDivergenceError as TacticDivergenceError
     from fi_patches.ranks.guard import local_fingerprint as local_fingerprint
     from fi_patches.ranks.guard import rank_guard as rank_guard
 

@@ -30,15 +30,16 @@ import logging
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fi_patches import _env
 from fi_patches._logging import get_logger, log_once
 from fi_patches.internals import tune_group
 from fi_patches.patching import AttributePatch, PatchSet, proxied
 from fi_patches.pinning.installation import Hold, Installation
-from fi_patches.ranks.exchange import ExchangeTimeout, GroupView, all_gather, group_view
-from fi_patches.ranks.guard import DEFAULT_TIMEOUT, RankMismatchError, run_guard
+
+if TYPE_CHECKING:
+    from fi_patches.ranks.exchange import GroupView
 
 logger = get_logger(__name__)
 
@@ -50,6 +51,9 @@ def guard_before_tuning(group: Any) -> None:
     mode = _env.rank_guard_mode()
     if mode == "off":
         return
+    # The guard and its exchange load only when a tune group is set (not at start-up).
+    from fi_patches.ranks.guard import DEFAULT_TIMEOUT, RankMismatchError, run_guard
+
     try:
         run_guard(group, mode, DEFAULT_TIMEOUT, tune_group.SET_GROUP)
     except RankMismatchError:
@@ -145,19 +149,6 @@ NAMESPACE = "tuning"
 _LIST_CHARS = 600
 
 
-class TacticDivergenceError(RankMismatchError):
-    """The ranks of a tune group were about to profile different candidate lists."""
-
-    def __init__(
-        self, message: str, op: str, runner: str, bucket: str, lists: dict[int, Any]
-    ) -> None:
-        super().__init__(message)
-        self.op = op
-        self.runner = runner
-        self.bucket = bucket
-        self.lists = lists
-
-
 _context = threading.local()
 
 
@@ -224,6 +215,9 @@ def check_candidates(call: tune_group.CandidateGateCall) -> None:
     group = tune_group.tune_group()
     if group is None:
         return
+    from fi_patches.ranks.exchange import ExchangeTimeout, all_gather, group_view
+    from fi_patches.ranks.guard import RankMismatchError, TacticDivergenceError
+
     try:
         view = group_view(group)
         payloads = all_gather(view, NAMESPACE, _payload(call), TUNING_TIMEOUT)

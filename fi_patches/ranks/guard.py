@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from fi_patches._env import GUARD_MODES as MODES
 from fi_patches._logging import get_logger
-from fi_patches._untrusted import cut
+from fi_patches._text import cut
 from fi_patches.ranks.exchange import (
     ExchangeError,
     ExchangeTimeout,
@@ -72,6 +72,20 @@ class RankMismatchError(RuntimeError):
         self.differences: Differences = differences or {}
         self.information: Differences = information or {}
         self.missing = missing
+
+
+class TacticDivergenceError(RankMismatchError):
+    """The ranks of a tune group were about to profile different candidate lists (the tuning
+    divergence detector's, :mod:`fi_patches.ranks.automatic`)."""
+
+    def __init__(
+        self, message: str, op: str, runner: str, bucket: str, lists: dict[int, Any]
+    ) -> None:
+        super().__init__(message)
+        self.op = op
+        self.runner = runner
+        self.bucket = bucket
+        self.lists = lists
 
 
 def _ranks_text(view: GroupView, ranks: tuple[int, ...]) -> str:

@@ -22,7 +22,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Any
 
-from fi_patches._untrusted import error_text, value_text
+from fi_patches._text import error_text, value_text
 from fi_patches.pins.keys import as_tactic, extras_text, tactic_text
 from fi_patches.pins.schema import SECTIONS
 from fi_patches.pins.table import PinTable

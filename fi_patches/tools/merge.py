@@ -219,7 +219,7 @@ def runner_order(sm_version: int) -> TieOrder:
 def rule_counts(votes: Sequence[Vote]) -> str:
     """How many disagreements each rule decided, in the order the rules apply: ``12 by
     majority, 18 by enumerator order`` (rules that decided none left out)."""
-    from fi_patches._words import joined
+    from fi_patches._text import joined
 
     made = [
         (rule, sum(1 for v in votes if v.rule == rule)) for rule in (MAJORITY, ENUMERATOR, TEXT)

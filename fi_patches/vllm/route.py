@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from fi_patches import _import_hooks
+from fi_patches import startup
 from fi_patches._logging import get_logger, log_once
 from fi_patches.compat.evaluate import NO_DEVICE, check_dependency, status_of
 from fi_patches.compat.target import Device
@@ -299,7 +299,7 @@ def arm() -> str:
         if not _armed:
             _armed, _arming = True, True
             try:  # the hook runs at once when the module is already imported
-                _import_hooks.when_imported(upstream.KERNEL_MODULE, _on_import)
+                startup.when_imported(upstream.KERNEL_MODULE, _on_import)
             finally:
                 _arming = False
         elif _patches is None and upstream.KERNEL_MODULE in sys.modules:

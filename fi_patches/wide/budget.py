@@ -278,7 +278,7 @@ def smem_capacity(arch: str = "sm_100") -> int:
     read from the DSL's capacity query (``cutlass.memory``'s, else the deprecated
     ``cutlass.utils`` one: :func:`fi_patches.internals.cute_dsl.smem_capacity_query`);
     :data:`SMEM_CAPACITY_FALLBACK` where the DSL is absent or the query fails, logged once."""
-    from fi_patches._untrusted import error_text
+    from fi_patches._text import error_text
     from fi_patches.internals import InternalError
     from fi_patches.internals.cute_dsl import smem_capacity_query
 

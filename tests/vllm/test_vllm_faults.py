@@ -20,14 +20,14 @@ ROOT = Path(__file__).resolve().parents[2]
 KERNEL_MODULE = "vllm.model_executor.kernels.linear.mxfp8.flashinfer"
 
 SITECUSTOMIZE = """
-from fi_patches import _import_hooks  # runs hooks in registration order: this one first
+from fi_patches import startup  # runs hooks in registration order: this one first
 
 def fault(module):
     cls = module.FlashInferCutedslMxfp8LinearKernel
     original = vars(cls)["apply_weights"]
 {fault}
 
-_import_hooks.when_imported({module!r}, fault)
+startup.when_imported({module!r}, fault)
 """
 
 FAULTS = {

@@ -1,7 +1,10 @@
-"""Untrusted values in messages, formatted in one place: values from pin files, caches and other
-ranks are shown bounded in length and depth, with control characters escaped, never formatting an
-integer past Python's int-to-str digit limit, and never raising.
+"""The text of messages, in one place so every command and log line says it the same way.
 
+Counted nouns and section lists: "1 entry", "15 entries", "[[pin]] and [[wide]]".
+
+Untrusted values: values from pin files, caches and other ranks are shown bounded in length and
+depth, with control characters escaped, never formatting an integer past Python's int-to-str
+digit limit, and never raising.
 :func:`value_text` spells a value as a pin file does (``true``, ``null``, ``"text"``),
 :func:`safe_repr` and :func:`safe_name` show any object or name as Python does, cut to a readable
 size, :func:`error_text` shows an exception, and :func:`cut` bounds any text."""
@@ -12,7 +15,8 @@ import datetime
 import json
 import math
 import reprlib
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 MAX_DEPTH = 3
 MAX_ITEMS = 6
@@ -121,3 +125,45 @@ def safe_repr(value: object) -> str:
 def safe_name(name: object) -> str:
     """A field or section name as written in the file, cut to a readable size."""
     return cut(name if isinstance(name, str) else safe_repr(name), MAX_STRING)
+
+
+# counted nouns and section lists ----------
+
+
+def counted(count: int, noun: str, plural: str | None = None) -> str:
+    """``count`` and ``noun``, plural unless ``count`` is 1: ``1 entry``, ``15 entries``
+    (``plural`` where adding an s does not make it)."""
+    return f"{count} {noun if count == 1 else plural or noun + 's'}"
+
+
+def entries(count: int) -> str:
+    """``1 entry``, ``15 entries``."""
+    return counted(count, "entry", "entries")
+
+
+def joined(items: Sequence[str], word: str = "and") -> str:
+    """``a``, ``a and b``, ``a, b and c`` (``or`` for ``word="or"``)."""
+    if len(items) <= 1:
+        return "".join(items)
+    return f"{', '.join(items[:-1])} {word} {items[-1]}"
+
+
+def sections(names: Iterable[str], word: str = "and") -> str:
+    """Pin-table section names as a table spells them: ``[[pin]] and [[cute_dsl]]``."""
+    return joined([f"[[{name}]]" for name in names], word)
+
+
+def section_counts(mapping: Mapping[str, Any]) -> str:
+    """The entries of a pin table's mapping (or its sections) per section that has any:
+    ``15 [[pin]] entries, 1 [[wide]] entry``, or ``no entries``."""
+    counts = [
+        counted(len(v), f"[[{k}]] entry", f"[[{k}]] entries")
+        for k, v in mapping.items()
+        if k != "meta" and v
+    ]
+    return ", ".join(counts) or "no entries"
+
+
+def plain(text: str) -> str:
+    """A docstring as a terminal shows it: reStructuredText's double backticks dropped."""
+    return text.replace("``", "")
