@@ -107,9 +107,10 @@ def _same_file(first: str | os.PathLike[str], second: str | os.PathLike[str]) ->
 
 
 def overwrites_input(outputs: Sequence[Named], inputs: Sequence[Named]) -> str | None:
-    """The line refusing a command whose output file is one of its inputs (or two of its
-    outputs are one file), or None: checked before anything is read, so a careless ``--out``
-    never replaces the cache or table the command was reading."""
+    """The line refusing a command whose output file is one of its inputs, lies inside an input
+    directory, or is another of its outputs, or None: checked before anything is read, so a
+    careless ``--out`` never replaces the cache or table the command was reading, nor lands
+    among a cache directory's files."""
     given = [(flag, path) for flag, path in outputs if path is not None]
     for index, (flag, out) in enumerate(given):
         others = [("input", name, path) for name, path in inputs if path is not None]
@@ -120,4 +121,18 @@ def overwrites_input(outputs: Sequence[Named], inputs: Sequence[Named]) -> str |
                     f"{flag} {out} is the same file as the {role} {name} {path}; nothing was "
                     "read or written: choose another output file"
                 )
+        for name, path in inputs:
+            if path is not None and _inside(out, path):
+                return (
+                    f"{flag} {out} is inside the input directory {name} {path}, among the "
+                    "files read from it; nothing was read or written: choose an output file "
+                    "outside it"
+                )
     return None
+
+
+def _inside(path: str | os.PathLike[str], folder: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` lies under the existing directory ``folder`` (symlinks resolved)."""
+    if not os.path.isdir(folder):
+        return False
+    return Path(folder).resolve() in Path(path).resolve().parents

@@ -125,17 +125,24 @@ def boolean(
         return True
     if value in FALSE_WORDS:
         return False
-    if (variable.name, raw) not in _warned:
-        _warned.add((variable.name, raw))
-        logger.warning(
-            "%s=%r is not a boolean (%s for on, %s or empty for off); using the default (%s)",
-            variable.name,
-            raw,
-            "/".join(TRUE_WORDS),
-            "/".join(w for w in FALSE_WORDS if w),
-            {True: "on", False: "off", None: "unset"}[default],
-        )
+    _warn_once(
+        variable,
+        raw,
+        "is not a boolean (%s for on, %s or empty for off); using the default (%s)",
+        "/".join(TRUE_WORDS),
+        "/".join(w for w in FALSE_WORDS if w),
+        {True: "on", False: "off", None: "unset"}[default],
+    )
     return default
+
+
+def _warn_once(variable: Variable, raw: str, problem: str, *args: object) -> None:
+    """Log ``NAME='value' <problem>`` once per variable and value (a setting read on every call
+    must not flood a server's log)."""
+    if (variable.name, raw) in _warned:
+        return
+    _warned.add((variable.name, raw))
+    logger.warning("%s=%r " + problem, variable.name, raw, *args)
 
 
 def flag(variable: Variable) -> bool:
@@ -217,15 +224,13 @@ def rank_guard_mode() -> str:
         return DEFAULT_GUARD_MODE
     if raw in AUTOMATIC_GUARD_MODES:
         return raw
-    if (RANK_GUARD.name, raw) not in _warned:
-        _warned.add((RANK_GUARD.name, raw))
-        logger.warning(
-            "%s=%r is not one of %s; using %r",
-            RANK_GUARD.name,
-            raw,
-            "|".join(AUTOMATIC_GUARD_MODES),
-            DEFAULT_GUARD_MODE,
-        )
+    _warn_once(
+        RANK_GUARD,
+        raw,
+        "is not one of %s; using %r",
+        "|".join(AUTOMATIC_GUARD_MODES),
+        DEFAULT_GUARD_MODE,
+    )
     return DEFAULT_GUARD_MODE
 
 

@@ -321,6 +321,31 @@ def test_an_output_that_is_one_of_the_inputs_is_refused_before_anything_is_read(
     assert {p: p.read_bytes() for p in (cache, garbage)} == before
 
 
+def test_an_output_inside_an_input_directory_is_refused(tmp_path, forkserver):
+    """``--from`` a cache directory (a v2 store here, the shipped example's copy) with ``--out``
+    inside it is refused with exit 2 before anything is read or written: the table would land
+    among the cache's own files, where the next run (or FlashInfer) reads it as one."""
+    import shutil
+
+    from fi_patches import examples
+
+    store = tmp_path / "store"
+    shutil.copytree(Path(examples.__file__).parent / "tuner_store", store)
+
+    def tree() -> list[str]:
+        return sorted(str(p.relative_to(store)) for p in store.rglob("*"))
+
+    before = tree()
+    for out in (store / "pins.toml", store / "v2" / "pins.json"):
+        result = cli(forkserver, "pins", "record", "--device", "sm_103", "--from", str(store),
+                     "--out", str(out))  # fmt: skip
+        assert result.returncode == 2, (out, result.stderr)
+        err = one_line(result, "--out", "is inside the input directory --from")
+        assert err.startswith("pins record: ")
+        assert result.stdout == ""
+    assert tree() == before
+
+
 @cpu_only
 def test_tune_and_validate_refuse_an_output_that_is_an_input(tmp_path, forkserver):
     chain = tmp_path / "chain.toml"

@@ -32,17 +32,18 @@ def _inline(case: Case) -> int:
 
     from tests.drift import child, pins
 
-    table = Path(tempfile.mkdtemp(prefix="drift-")) / "pins.json"
-    pid = os.fork()
-    if pid == 0:  # the table is made from the unbroken FlashInfer, in a process of its own
-        code = 1
-        try:
-            pins.make_table(table)
-            code = 0
-        finally:
-            os._exit(code)
-    os.waitpid(pid, 0)
-    observation = child.run(case.key, case.mutation, str(table))
+    with tempfile.TemporaryDirectory(prefix="drift-") as scratch:
+        table = Path(scratch) / "pins.json"
+        pid = os.fork()
+        if pid == 0:  # the table is made from the unbroken FlashInfer, in a process of its own
+            code = 1
+            try:
+                pins.make_table(table)
+                code = 0
+            finally:
+                os._exit(code)
+        os.waitpid(pid, 0)
+        observation = child.run(case.key, case.mutation, str(table))
     print(json.dumps(observation, indent=1, default=repr))
     return 0
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ class Drift:
     cases: list[Case] = field(default_factory=list)
     verdicts: dict[str, list[str]] = field(default_factory=dict)
     collateral: dict[str, list[str]] = field(default_factory=dict)
+    directory: Path | None = None
 
     def __repr__(self) -> str:
         return f"<drift run of {len(self.cases)} cases>"
@@ -89,21 +89,23 @@ def _selected(session: pytest.Session) -> list[Case]:
     return list(dict.fromkeys(found))
 
 
-def _directory(config: pytest.Config) -> Path:
+def _directory(config: pytest.Config, factory: pytest.TempPathFactory) -> Path:
+    """Where the observations go: pytest's cache, else pytest's own temporary directory (which
+    pytest prunes), never a bare temporary directory that every run would leave behind."""
     cache = getattr(config, "cache", None)
     if cache is not None:
         return Path(cache.mkdir("drift"))
-    return Path(tempfile.mkdtemp(prefix="drift-"))
+    return factory.mktemp("drift")
 
 
 @pytest.fixture(scope="session")
-def drift(request: pytest.FixtureRequest) -> Drift:
+def drift(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Drift:
     """The drift run of the cases this session selected (skipped, with the reason, where
     FlashInfer does not import)."""
     config = request.config
     run = Drift(cases=_selected(request.session))
     config.stash[_DRIFT] = run
-    directory = _directory(config)
+    directory = run.directory = _directory(config, tmp_path_factory)
     try:
         run.results = pool.run(run.cases, directory / "cases")
     except pool.Unavailable as exc:
@@ -135,7 +137,9 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
                 f"use of the broken internal ({', '.join(through[:4])}"
                 f"{', ...' if len(through) > 4 else ''}; see results.json)"
             )
-    directory = _directory(config)
+    directory = run.directory
+    if directory is None:
+        return
     (directory / "coverage.txt").write_text(line + "\n", encoding="utf-8")
     if run.results is not None:
         summary = {
