@@ -25,6 +25,12 @@ BASELINE = "baseline"
 ABSENCE = ("removed", "renamed")
 """The mutations that make an internal absent (allowed for optional internals)."""
 
+REACTIONS = ("renamed", "wrong_shape", "raising", "rebound")
+"""The mutations that test how fi_patches reacts to an internal misbehaving (a rename is
+absence as every observer sees it, like ``removed``): marked ``newest_release``, they run in the
+main run on the newest release, while the compat matrix's cells run each internal's removal
+and signature change, what a release changes."""
+
 
 def mutations(internal: Declared) -> tuple[str, ...]:
     """The drift mutations that fit ``internal``: how a release could break it.

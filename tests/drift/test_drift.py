@@ -11,7 +11,7 @@ import pytest
 
 from fi_patches.internals import MODULE, OneOf, declared
 from tests.drift import pool
-from tests.drift.cases import BASELINE, Case, all_cases, coverage
+from tests.drift.cases import BASELINE, REACTIONS, Case, all_cases, coverage
 from tests.drift.child import PINNED_ROWS
 from tests.drift.mutate import WRAPPERS
 from tests.drift.verdict import RELEASE_GATED, not_applicable, off_at_baseline, problems
@@ -48,7 +48,14 @@ def test_the_baseline_is_clean_and_pins_take_effect(drift) -> None:
     assert cache["served_inside"] == {"value": pin["tactic"]}
 
 
-@pytest.mark.parametrize("case", all_cases(), ids=lambda c: c.id)
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(c, marks=[pytest.mark.newest_release] if c.mutation in REACTIONS else [])
+        for c in all_cases()
+    ],
+    ids=lambda c: c.id,
+)
 def test_a_broken_internal_disables_its_features_and_nothing_else(drift, case: Case) -> None:
     observation = drift.observation(case.id)
     if "not_applicable" in observation:
