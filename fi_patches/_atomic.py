@@ -121,10 +121,10 @@ def overwrites_input(outputs: Sequence[Named], inputs: Sequence[Named]) -> str |
                     f"{flag} {out} is the same file as the {role} {name} {path}; nothing was "
                     "read or written: choose another output file"
                 )
-        for name, path in inputs:
-            if path is not None and _inside(out, path):
+        for name, source in inputs:
+            if source is not None and _inside(out, source):
                 return (
-                    f"{flag} {out} is inside the input directory {name} {path}, among the "
+                    f"{flag} {out} is inside the input directory {name} {source}, among the "
                     "files read from it; nothing was read or written: choose an output file "
                     "outside it"
                 )
