@@ -18,9 +18,14 @@ def _low_latency() -> list[dict[str, Any]]:
 
 
 def _wide() -> list[dict[str, Any]]:
+    from fi_patches.self_checks import WIDE_CHECK_TILE
     from fi_patches.wide.tactics import wide_tactics
 
-    return [{"n": N, "k": K, "tile": 32, "tactic": as_json(wide_tactics(N, K, 32)[1])}]
+    # The kernel the wide_tile self-check compiles (its tile, the weight's first tactic), so
+    # the mm phase's wide call is served from the compile the doctor phase made: one compile a
+    # case, not two (the wide route needs the pin either way, so the route shows it took effect).
+    tile = WIDE_CHECK_TILE
+    return [{"n": N, "k": K, "tile": tile, "tactic": as_json(wide_tactics(N, K, tile)[0])}]
 
 
 def _cute_dsl() -> list[dict[str, Any]]:
@@ -37,8 +42,9 @@ def _cute_dsl() -> list[dict[str, Any]]:
 
 def make_table(path: Path) -> dict[str, Any]:
     """Write a pin table valid on the unbroken FlashInfer (simulated sm_103) to ``path``: a
-    low-latency pin for 5..8 rows, a wide pin for tile 32 and a cute-dsl pin for 65..128 rows,
-    each a tactic FlashInfer (or the wide enumerator) lists, but not its default. A section this
+    low-latency pin for 5..8 rows, a wide pin for the self-check's tile and a cute-dsl pin for
+    65..128 rows, each a tactic FlashInfer (or the wide enumerator) lists; the low-latency and
+    cute-dsl pins are not FlashInfer's default. A section this
     release cannot list (an old release without the runner) is left out, with the reason."""
     set_environment()
     simulate()

@@ -127,7 +127,7 @@ def test_raising_calls_attribute_changes_and_logged_errors_fail() -> None:
 
 
 def _mm(route: str, error: dict[str, Any] | None) -> dict[str, Any]:
-    return {"20": {"route": {"value": route}, "mm": {"error": error} if error else {"value": 1}}}
+    return {"16": {"route": {"value": route}, "mm": {"error": error} if error else {"value": 1}}}
 
 
 def test_mm_may_raise_from_flashinfer_or_as_at_the_baseline_but_not_from_fi_patches() -> None:
