@@ -232,7 +232,7 @@ def run_doctor(python: str | Path, env: Mapping[str, str], log: Path) -> dict[st
 def run_tests(
     python: str | Path, env: Mapping[str, str], slug: str, paths: Sequence[str] = ()
 ) -> dict[str, Any]:
-    """The README's test command (``python -m pytest -q``) plus JUnit output, in the cell;
+    """The README's tests (``python -m pytest -q``, on one worker) plus JUnit output, in the cell;
     ``paths`` narrows it to a focused subset (a DSL-axis cell's)."""
     junit = LOGS / f"{slug}.junit.xml"
     log = LOGS / f"{slug}.pytest.txt"

@@ -185,9 +185,10 @@ def render(
     # Tests.
     out += ["## Tests", ""]
     out.append(
-        "The README's `python -m pytest -q` in each cell, on the cell's suite (`[suites]` in "
-        '`matrix.toml`; "whole" where a cell names none). "disabled-skip" counts tests skipped '
-        "by `require_feature` with the compat layer's reason (checked against the matrix)."
+        "The README's tests (`python -m pytest -q`, on one worker) in each cell, on the cell's "
+        'suite (`[suites]` in `matrix.toml`; "whole" where a cell names none). "disabled-skip" '
+        "counts tests skipped by `require_feature` with the compat layer's reason (checked "
+        "against the matrix)."
     )
     out.append("")
     out.append(
