@@ -44,8 +44,8 @@ def make_table(path: Path) -> dict[str, Any]:
     """Write a pin table valid on the unbroken FlashInfer (simulated sm_103) to ``path``: a
     low-latency pin for 5..8 rows, a wide pin for the self-check's tile and a cute-dsl pin for
     65..128 rows, each a tactic FlashInfer (or the wide enumerator) lists; the low-latency and
-    cute-dsl pins are not FlashInfer's default. A section this
-    release cannot list (an old release without the runner) is left out, with the reason."""
+    cute-dsl pins are not FlashInfer's default. A section this release cannot list (an old
+    release without the runner) is left out, with the reason."""
     set_environment()
     simulate()
     table: dict[str, Any] = {
