@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -81,8 +82,12 @@ TARGET_LOOKUP = {
     "preseed block, pinned key": 1.00,
     "no pins in this thread, wrappers installed": 1.02,
     "floor: search_cache wrapper doing nothing": None,
+    "stock, another thread waiting (reference)": None,
 }
 """Targets of the serving lookup, as ratios against stock in the same round (issue 30)."""
+IDLE_THREAD_ROW = "stock, another thread waiting (reference)"
+"""No wrapper installed while another thread waits as the holder of the "no pins in this
+thread" row does, without a block: what a second thread alone costs this one."""
 
 
 def lookup_rows(repeat: int, number: int, timed: Any) -> None:
@@ -92,8 +97,10 @@ def lookup_rows(repeat: int, number: int, timed: Any) -> None:
     block, a preseed block, and another thread holding a block (none in this thread). The tests'
     op (``tests/toy_op.py``) is tuned stock on FlashInfer's real tuner; the table pins one
     weight's 8-row key to a tactic other than FlashInfer's cached winner (so each row checks
-    that the pin is served), the other weight's tuned key is the unpinned one. Rounds
-    alternate; the verdict is the median of per-round ratios."""
+    that the pin is served), the other weight's tuned key is the unpinned one. Each round runs
+    stock and every mode once, in an order of its own (no mode always first or last), and a
+    reference row times stock beside a waiting thread; the verdict is the median of per-round
+    ratios against the same round's stock."""
     import flashinfer
     import pytest
     from flashinfer.autotuner import AutoTuner
@@ -154,7 +161,11 @@ def lookup_rows(repeat: int, number: int, timed: Any) -> None:
 
         entered, leave = threading.Event(), threading.Event()
 
-        def hold() -> None:
+        def hold(block: bool) -> None:
+            if not block:
+                entered.set()
+                leave.wait()
+                return
             with fi_patches.pinned_tactics(table):
                 entered.set()
                 leave.wait()
@@ -162,9 +173,7 @@ def lookup_rows(repeat: int, number: int, timed: Any) -> None:
         def keep(name: str, value: float) -> None:
             rounds.setdefault(name, []).append(value)
 
-        for _ in range(repeat):
-            keep("stock pinned", timed(pinned))
-            keep("stock unpinned", timed(unpinned))
+        def floor_row() -> None:
             # For reference: the least any wrapper of FlashInfer's lookup costs (installed only
             # here, between the rounds' blocks): FlashInfer's parameters, it calls FlashInfer.
             AutoTuner.search_cache = bare_search_cache
@@ -172,6 +181,8 @@ def lookup_rows(repeat: int, number: int, timed: Any) -> None:
                 keep("floor: search_cache wrapper doing nothing", timed(pinned))
             finally:
                 AutoTuner.search_cache = stock_search_cache
+
+        def process_wide() -> None:
             fi_patches.register_pins(table)
             fi_patches.enable()
             try:
@@ -181,21 +192,47 @@ def lookup_rows(repeat: int, number: int, timed: Any) -> None:
             finally:
                 fi_patches.disable()
                 fi_patches.register_pins(None)
+
+        def narrowing() -> None:
             with fi_patches.pinned_tactics(table):
                 assert pinned()[1] == other
                 keep("narrowing block, pinned key", timed(pinned))
                 keep("narrowing block, unpinned key", timed(unpinned))
+
+        def preseed() -> None:
             with fi_patches.pinned_tactics(table, mode="preseed"):
                 assert pinned()[1] == other
                 keep("preseed block, pinned key", timed(pinned))
-            holder = threading.Thread(target=hold)
+
+        def beside(name: str, block: bool) -> None:
+            holder = threading.Thread(target=hold, args=(block,))
             holder.start()
             entered.wait()
-            keep("no pins in this thread, wrappers installed", timed(pinned))
-            leave.set()
-            holder.join()
-            entered.clear()
-            leave.clear()
+            try:
+                keep(name, timed(pinned))
+            finally:
+                leave.set()
+                holder.join()
+                entered.clear()
+                leave.clear()
+
+        def stock() -> None:
+            keep("stock pinned", timed(pinned))
+            keep("stock unpinned", timed(unpinned))
+
+        steps = [
+            stock,
+            floor_row,
+            process_wide,
+            narrowing,
+            preseed,
+            lambda: beside("no pins in this thread, wrappers installed", True),
+            lambda: beside(IDLE_THREAD_ROW, False),
+        ]
+        order = random.Random(repeat)  # each round runs the steps in an order of its own
+        for _ in range(repeat):
+            for step in order.sample(steps, len(steps)):
+                step()
     finally:
         monkeypatch.undo()
     print(
