@@ -46,7 +46,7 @@ _state = _State()
 
 def _apply(module: Any = None) -> None:
     """The post-import hook: activate the default table, or log why not (never raises)."""
-    from fi_patches.pins.errors import PinTableError
+    from fi_patches.pins.reading import PinTableError
 
     with _lock:
         if not process.pins_requested() or _state.table is not None:
@@ -222,7 +222,7 @@ def activate_pins(
     if problem is not None:
         return logging.WARNING, f"left {host} and FlashInfer stock: {problem}", False
     from fi_patches.pins.default import default_pins
-    from fi_patches.pins.errors import PinTableError
+    from fi_patches.pins.reading import PinTableError
 
     try:
         table = default_pins()

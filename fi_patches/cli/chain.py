@@ -74,8 +74,7 @@ def run_tune(args: argparse.Namespace) -> int:
     from fi_patches.chain.plan import sidecar_path
     from fi_patches.chain.spec import ChainError, ChainSpec, chain_path
     from fi_patches.pins.default import default_pins
-    from fi_patches.pins.errors import PinTableError
-    from fi_patches.pins.reading import PIN_SUFFIXES
+    from fi_patches.pins.reading import PIN_SUFFIXES, PinTableError
     from fi_patches.pins.table import PinTable
 
     clash = overwrites_input(
@@ -300,7 +299,7 @@ def run_validate(args: argparse.Namespace) -> int:
     from fi_patches.chain.spec import ChainError, ChainSpec, chain_path
     from fi_patches.chain.validate import NOT_RUN, validate
     from fi_patches.pins.default import default_pins
-    from fi_patches.pins.errors import PinTableError
+    from fi_patches.pins.reading import PinTableError
     from fi_patches.pins.table import PinTable
 
     if args.report:

@@ -304,7 +304,7 @@ def run_doctor(args: argparse.Namespace) -> int:
 def _pinned_ops() -> list[Any]:
     """The default table's ``[[pin]]`` entries per op, as ``pins check`` judges them here."""
     from fi_patches.pins.default import default_pins
-    from fi_patches.pins.errors import PinTableError
+    from fi_patches.pins.reading import PinTableError
     from fi_patches.tools.check import pins_per_op
 
     try:
@@ -363,7 +363,7 @@ def _progress(total: int) -> Any:
 
 def run_precompile(args: argparse.Namespace) -> int:
     from fi_patches.pins.default import as_table, default_pins
-    from fi_patches.pins.errors import PinTableError
+    from fi_patches.pins.reading import PinTableError
 
     try:
         table = as_table(args.pins) if args.pins else default_pins()

@@ -115,8 +115,7 @@ def run_record(args: argparse.Namespace) -> int:
     from fi_patches._text import section_counts
     from fi_patches.compat.evaluate import installed_flashinfer
     from fi_patches.internals import tuner as fi_tuner
-    from fi_patches.pins.errors import PinTableError
-    from fi_patches.pins.reading import PIN_SUFFIXES
+    from fi_patches.pins.reading import PIN_SUFFIXES, PinTableError
     from fi_patches.tools.merge import bucket_label, merge, provenance, rule_counts, runner_order
     from fi_patches.tools.record import (
         TunerCacheError,
@@ -257,7 +256,7 @@ def _source_text(inputs: list[str], sources: list[Any], described: dict[str, str
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    from fi_patches.pins.errors import PinTableError
+    from fi_patches.pins.reading import PinTableError
     from fi_patches.tools.merge import (
         NeedsBuckets,
         bucket_label,
@@ -305,7 +304,7 @@ def _diff_device(requested: str | None) -> str | None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from fi_patches.pins.errors import PinTableError
+    from fi_patches.pins.reading import PinTableError
     from fi_patches.pins.table import PinTable
     from fi_patches.tools.check import INVALID, OK, UNCHECKED, check_entries, check_meta
 

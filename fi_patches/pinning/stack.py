@@ -39,7 +39,7 @@ from fi_patches.pins.default import (
     default_pins,
     registered_pins,
 )
-from fi_patches.pins.errors import PinTableError
+from fi_patches.pins.reading import PinTableError
 from fi_patches.pins.table import PinTable, lookup_wide
 
 logger = get_logger(__name__)

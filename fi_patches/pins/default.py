@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from fi_patches import _env
 from fi_patches import _text as words
 from fi_patches.compat.evaluate import on_refresh
-from fi_patches.pins.errors import PinTableError
+from fi_patches.pins.reading import PinTableError
 from fi_patches.pins.table import PinTable
 
 if TYPE_CHECKING:

@@ -12,8 +12,15 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from fi_patches._text import error_text, safe_name
-from fi_patches.pins.errors import LEFT_OUT, PinProblem, PinTableError
-from fi_patches.pins.reading import MAX_FILE_BYTES, FieldReader, kind, read_pin_file
+from fi_patches.pins.reading import (
+    LEFT_OUT,
+    MAX_FILE_BYTES,
+    FieldReader,
+    PinProblem,
+    PinTableError,
+    kind,
+    read_pin_file,
+)
 from fi_patches.pins.schema import (
     MAX_ENTRIES,
     MAX_PIN_ENTRIES,

@@ -26,9 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from fi_patches.pins.errors import LEFT_OUT, PinProblem
 from fi_patches.pins.keys import ANY, ROWS, ShapePattern, as_tactic, tactic_json
-from fi_patches.pins.reading import FieldReader, OversizeInteger, kind
+from fi_patches.pins.reading import LEFT_OUT, FieldReader, OversizeInteger, PinProblem, kind
 
 SECTION = "pin"
 

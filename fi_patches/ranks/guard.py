@@ -298,7 +298,7 @@ def _tables_fields(prefix: str, tables: Sequence[PinTable]) -> tuple[Fields, Fie
 
 def _default_fields() -> tuple[Fields, Fields]:
     from fi_patches.pins.default import ENV, default_pins
-    from fi_patches.pins.errors import PinTableError
+    from fi_patches.pins.reading import PinTableError
 
     try:
         table = default_pins()

@@ -130,7 +130,7 @@ def _membership(table: PinTable, entry: Any, runners: Any) -> tuple[str, str, bo
     """``(state, reason, applies)`` of a ``[[pin]]`` whose runner and op are FlashInfer's: OK or
     invalid where a runner of its class can list its keys' tactics here, else unchecked (it
     applies, and the tuner checks it when it first lists the key) with why not."""
-    from fi_patches.pins.errors import PinProblem
+    from fi_patches.pins.reading import PinProblem
     from fi_patches.pins.tuner_pin import SECTION
 
     verdict = check(entry, runners)
