@@ -20,8 +20,8 @@ from typing import Any
 
 from fi_patches.chain.spec import Bucket, ChainSpec
 from fi_patches.internals import flashinfer as fi
+from fi_patches.pins.keys import SECTION as PIN_SECTION
 from fi_patches.pins.table import PinTable
-from fi_patches.pins.tuner_pin import SECTION as PIN_SECTION
 from fi_patches.wide.tactics import TILE_ROUNDING, WIDE_MIN_ROWS
 
 PASSED, FAILED, NOT_RUN = "passed", "failed", "not run"

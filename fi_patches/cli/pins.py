@@ -172,7 +172,7 @@ def run_record(args: argparse.Namespace) -> int:
         )
 
         def where(vote: Any) -> str:
-            from fi_patches.pins.tuner_pin import SECTION
+            from fi_patches.pins.keys import SECTION
             from fi_patches.tools.merge import from_entries
 
             key = next(iter(from_entries([vote.tuned], bucket_of).found))

@@ -197,7 +197,7 @@ def check_pins(table: PinTable, *, thorough: bool = False) -> list[PinProblem]:
     inputs)."""
     from fi_patches.compat.evaluate import installed_flashinfer
     from fi_patches.internals.catalog import catalog
-    from fi_patches.pins.tuner_pin import SECTION
+    from fi_patches.pins.keys import SECTION
 
     entries = table.entries(SECTION)
     if not entries:

@@ -37,10 +37,9 @@ from packaging.specifiers import SpecifierSet
 
 from fi_patches._limits import LOW_LATENCY_MAX_ROWS, WIDE_MAX_TILE
 from fi_patches.compat.target import normalize_arch, parse_specifier, unknown_arch
-from fi_patches.pins.keys import tactic_json
+from fi_patches.pins.keys import SECTION as PIN_SECTION
+from fi_patches.pins.keys import check_pins, parse_pin, tactic_json
 from fi_patches.pins.reading import FieldReader, PinProblem
-from fi_patches.pins.tuner_pin import SECTION as PIN_SECTION
-from fi_patches.pins.tuner_pin import check_pins, parse_pin
 
 SCHEMA_VERSION = 1
 N_MAX = 1 << 20

@@ -23,10 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from fi_patches._text import error_text, value_text
-from fi_patches.pins.keys import as_tactic, extras_text, tactic_text
+from fi_patches.pins.keys import TunerPin, as_tactic, extras_text, tactic_text
 from fi_patches.pins.schema import SECTIONS
 from fi_patches.pins.table import PinTable
-from fi_patches.pins.tuner_pin import TunerPin
 
 OK, INVALID, UNCHECKED = "OK", "invalid", "unchecked"
 
@@ -130,8 +129,8 @@ def _membership(table: PinTable, entry: Any, runners: Any) -> tuple[str, str, bo
     """``(state, reason, applies)`` of a ``[[pin]]`` whose runner and op are FlashInfer's: OK or
     invalid where a runner of its class can list its keys' tactics here, else unchecked (it
     applies, and the tuner checks it when it first lists the key) with why not."""
+    from fi_patches.pins.keys import SECTION
     from fi_patches.pins.reading import PinProblem
-    from fi_patches.pins.tuner_pin import SECTION
 
     verdict = check(entry, runners)
     if verdict.member is None:
@@ -171,7 +170,7 @@ class OpPins:
 
 def pins_per_op(table: PinTable) -> list[OpPins]:
     """Per op of ``table``'s ``[[pin]]`` entries, in op order, how many apply here."""
-    from fi_patches.pins.tuner_pin import SECTION
+    from fi_patches.pins.keys import SECTION
 
     if not table.entries(SECTION):
         return []
