@@ -52,9 +52,9 @@ def _apply(module: Any = None) -> None:
         if not process.pins_requested() or _state.table is not None:
             return
         if not _state.held:
-            from fi_patches.ranks import automatic
+            from fi_patches import ranks
 
-            guard = automatic.arm()
+            guard = ranks.arm()
             if guard is not None:
                 _state.held.append(guard)
         try:

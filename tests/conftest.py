@@ -67,7 +67,7 @@ def clean_state(
     yield
     from fi_patches.pinning import stack
     from fi_patches.pinning.installation import installed_count
-    from fi_patches.ranks.automatic import GUARD
+    from fi_patches.ranks import GUARD
 
     assert installed_count() == 0, "a test left the pinning wrappers installed"
     assert GUARD.count == 0, "a test left the automatic rank guard installed"

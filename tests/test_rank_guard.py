@@ -32,7 +32,7 @@ import fi_patches, fi_patches.auto
 from fi_patches import RankMismatchError, rank_guard
 from fi_patches.pinning import stack
 from fi_patches.pinning.installation import installed_count
-from fi_patches.ranks.automatic import GUARD
+from fi_patches.ranks import GUARD
 from fi_patches.ranks.guard import TacticDivergenceError
 from flashinfer.autotuner import AutoTuner, get_autotune_process_group
 from tests import lowlat

@@ -68,9 +68,9 @@ def pinned_tactics(
 def _arm_rank_guard(held: ExitStack) -> None:
     """Guard ``set_autotune_process_group`` while the block is open, pins or not: a rank whose
     block pins nothing (a feature off here) must still meet the other ranks' guard."""
-    from fi_patches.ranks import automatic
+    from fi_patches import ranks
 
-    hold = automatic.arm()
+    hold = ranks.arm()
     if hold is not None:
         held.callback(hold.release)
 

@@ -76,7 +76,7 @@ class RankMismatchError(RuntimeError):
 
 class TacticDivergenceError(RankMismatchError):
     """The ranks of a tune group were about to profile different candidate lists (the tuning
-    divergence detector's, :mod:`fi_patches.ranks.automatic`)."""
+    divergence detector's, :mod:`fi_patches.ranks`)."""
 
     def __init__(
         self, message: str, op: str, runner: str, bucket: str, lists: dict[int, Any]
