@@ -21,11 +21,11 @@ from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fi_patches._limits import WIDE_OP, WIDE_RUNNER
 from fi_patches.internals import flashinfer as fi
 from fi_patches.pins.default import REFRESHED
 from fi_patches.pins.keys import SECTION as PIN_SECTION
 from fi_patches.pins.keys import ShapePattern, TunerPin, as_tactic
+from fi_patches.pins.schema import WIDE_OP, WIDE_RUNNER
 from fi_patches.pins.table import covering
 
 Problem = tuple[int, int, int]

@@ -18,7 +18,6 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from fi_patches._limits import LOW_LATENCY_MAX_ROWS
 from fi_patches._logging import get_logger, log_once
 from fi_patches._text import error_text
 from fi_patches.compat.evaluate import installed_flashinfer, status_of
@@ -29,7 +28,7 @@ from fi_patches.pinning import stack
 from fi_patches.pins.default import REFRESHED, WeakCache, as_table, default_pins
 from fi_patches.pins.keys import bucket_groups, tactic_json
 from fi_patches.pins.reading import PinProblem, PinTableError
-from fi_patches.pins.schema import SECTIONS, RowRangePin
+from fi_patches.pins.schema import LOW_LATENCY_MAX_ROWS, SECTIONS, RowRangePin
 from fi_patches.pins.table import PinTable
 
 Checker = Callable[[PinTable], list[PinProblem]]

@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fi_patches._limits import LOW_LATENCY_MAX_ROWS
 from fi_patches.internals import flashinfer as fi
 from fi_patches.pins.keys import SECTION as PIN
 from fi_patches.pins.keys import (
@@ -53,6 +52,7 @@ from fi_patches.pins.keys import (
     runner_overlaps,
     tactic_text,
 )
+from fi_patches.pins.schema import LOW_LATENCY_MAX_ROWS
 from fi_patches.pins.table import PinTable
 from fi_patches.tools.record import (
     Apart,

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fi_patches._limits import LOW_LATENCY_MAX_ROWS
 from fi_patches.internals import tuner as fi_tuner
 from fi_patches.internals import vllm as vllm_layout
 from fi_patches.pins.keys import (
@@ -38,6 +37,7 @@ from fi_patches.pins.keys import (
     tactic_json,
 )
 from fi_patches.pins.reading import PinTableError, read_data_file
+from fi_patches.pins.schema import LOW_LATENCY_MAX_ROWS
 from fi_patches.pins.table import PinTable
 
 
