@@ -221,8 +221,8 @@ def activate_pins(
         problem = f"self-check failed: {failed}." if failed else None
     if problem is not None:
         return logging.WARNING, f"left {host} and FlashInfer stock: {problem}", False
-    from fi_patches.pins.default import default_pins
     from fi_patches.pins.reading import PinTableError
+    from fi_patches.pins.table import default_pins
 
     try:
         table = default_pins()

@@ -13,7 +13,7 @@ __all__ = ["FeatureStatus", "refresh", "status"]
 def status() -> list[FeatureStatus]:
     """One record per feature: name, enabled, reason, FlashInfer version, device and pins."""
     from fi_patches.features import FEATURES
-    from fi_patches.pins.default import describe_default_pins
+    from fi_patches.pins.table import describe_default_pins
 
     records = []
     for declared in FEATURES:

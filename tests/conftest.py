@@ -15,7 +15,7 @@ from packaging.version import Version
 from fi_patches._logging import forget_logged
 from fi_patches.compat import refresh, status_of
 from fi_patches.compat.evaluate import verify_fully
-from fi_patches.pins.default import register_pins
+from fi_patches.pins.table import register_pins
 
 # Hypothesis profiles: "ci" (the default) runs 2,000 examples per property from a fixed seed;
 # "deep" (pytest --hypothesis-profile=deep) runs 20,000 from a random one (a quarter of either

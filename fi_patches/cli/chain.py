@@ -73,9 +73,8 @@ def run_tune(args: argparse.Namespace) -> int:
     from fi_patches._atomic import OutputError, check_output, overwrites_input
     from fi_patches.chain.plan import sidecar_path
     from fi_patches.chain.spec import ChainError, ChainSpec, chain_path
-    from fi_patches.pins.default import default_pins
     from fi_patches.pins.reading import PIN_SUFFIXES, PinTableError
-    from fi_patches.pins.table import PinTable
+    from fi_patches.pins.table import PinTable, default_pins
 
     clash = overwrites_input(
         [
@@ -298,9 +297,8 @@ def run_validate(args: argparse.Namespace) -> int:
     from fi_patches._atomic import OutputError, check_output, overwrites_input, write_all
     from fi_patches.chain.spec import ChainError, ChainSpec, chain_path
     from fi_patches.chain.validate import NOT_RUN, validate
-    from fi_patches.pins.default import default_pins
     from fi_patches.pins.reading import PinTableError
-    from fi_patches.pins.table import PinTable
+    from fi_patches.pins.table import PinTable, default_pins
 
     if args.report:
         report_json = Path(args.report).with_suffix(".json")

@@ -303,8 +303,8 @@ def run_doctor(args: argparse.Namespace) -> int:
 
 def _pinned_ops() -> list[Any]:
     """The default table's ``[[pin]]`` entries per op, as ``pins check`` judges them here."""
-    from fi_patches.pins.default import default_pins
     from fi_patches.pins.reading import PinTableError
+    from fi_patches.pins.table import default_pins
     from fi_patches.tools.check import pins_per_op
 
     try:
@@ -362,8 +362,8 @@ def _progress(total: int) -> Any:
 
 
 def run_precompile(args: argparse.Namespace) -> int:
-    from fi_patches.pins.default import as_table, default_pins
     from fi_patches.pins.reading import PinTableError
+    from fi_patches.pins.table import as_table, default_pins
 
     try:
         table = as_table(args.pins) if args.pins else default_pins()

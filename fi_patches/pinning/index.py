@@ -22,11 +22,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fi_patches.internals import flashinfer as fi
-from fi_patches.pins.default import REFRESHED
 from fi_patches.pins.keys import SECTION as PIN_SECTION
 from fi_patches.pins.keys import ShapePattern, TunerPin, as_tactic
 from fi_patches.pins.schema import WIDE_OP, WIDE_RUNNER
-from fi_patches.pins.table import covering
+from fi_patches.pins.table import REFRESHED, covering
 
 Problem = tuple[int, int, int]
 """``(n, k, rows)``: the weight's output features, its input features, the activation rows."""

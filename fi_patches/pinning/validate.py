@@ -25,11 +25,10 @@ from fi_patches.compat.target import current_device
 from fi_patches.features import feature_of_section, pinned_sections
 from fi_patches.internals import flashinfer as fi
 from fi_patches.pinning import stack
-from fi_patches.pins.default import REFRESHED, WeakCache, as_table, default_pins
 from fi_patches.pins.keys import bucket_groups, tactic_json
 from fi_patches.pins.reading import PinProblem, PinTableError
 from fi_patches.pins.schema import LOW_LATENCY_MAX_ROWS, SECTIONS, RowRangePin
-from fi_patches.pins.table import PinTable
+from fi_patches.pins.table import REFRESHED, PinTable, WeakCache, as_table, default_pins
 
 Checker = Callable[[PinTable], list[PinProblem]]
 

@@ -297,8 +297,8 @@ def _tables_fields(prefix: str, tables: Sequence[PinTable]) -> tuple[Fields, Fie
 
 
 def _default_fields() -> tuple[Fields, Fields]:
-    from fi_patches.pins.default import ENV, default_pins
     from fi_patches.pins.reading import PinTableError
+    from fi_patches.pins.table import ENV, default_pins
 
     try:
         table = default_pins()
