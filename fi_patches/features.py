@@ -90,7 +90,7 @@ PINNED_OPS = Feature(
     summary="any op FlashInfer tunes is offered only its pinned tactic per tuner key ([[pin]])",
     requires=(fi.FLASHINFER,),
     devices=(),
-    self_check="fi_patches.self_checks:pinned_ops",
+    self_check="fi_patches.pinning.validate:pinned_ops",
     sections=("pin",),
     checker="fi_patches.pinning.validate:check_pins",
 )
@@ -102,7 +102,7 @@ PINNED_TACTICS = Feature(
     ),
     requires=(fi.FLASHINFER, CUTE_DSL),  # FlashInfer's CuTe DSL kernels
     devices=("sm_100", "sm_103", "sm_107"),
-    self_check="fi_patches.self_checks:pinned_tactics",
+    self_check="fi_patches.pinning.validate:pinned_tactics",
     sections=("low_latency",),
     checker="fi_patches.pinning.validate:check_low_latency",
 )
@@ -113,7 +113,7 @@ PINNED_CUTE_DSL = Feature(
     requires=(fi.FLASHINFER, CUTE_DSL),  # FlashInfer's CuTe DSL kernels
     # sm_107 runs another cute-dsl kernel with another tactic form from 0.7.2 on.
     devices=("sm_100", "sm_103"),
-    self_check="fi_patches.self_checks:pinned_cute_dsl",
+    self_check="fi_patches.pinning.validate:pinned_cute_dsl",
     sections=("cute_dsl",),
     checker="fi_patches.pinning.validate:check_cute_dsl",
 )
@@ -123,10 +123,10 @@ WIDE_TILE = Feature(
     summary="the low-latency MXFP8 GEMM with 16-128-row activation tiles, compiled by fi_patches",
     requires=(fi.FLASHINFER, CUTE_DSL),  # FlashInfer's CuTe DSL kernels
     devices=("sm_100", "sm_103"),
-    self_check="fi_patches.self_checks:wide_tile",
+    self_check="fi_patches.pinning.validate:wide_tile",
     sections=("wide",),
     checker="fi_patches.pinning.validate:check_wide",
-    compiled_check="fi_patches.self_checks:wide_tile_compiled",
+    compiled_check="fi_patches.pinning.validate:wide_tile_compiled",
 )
 
 PRESEED = Feature(
@@ -137,7 +137,7 @@ PRESEED = Feature(
     ),
     requires=(fi.FLASHINFER,),
     devices=(),
-    self_check="fi_patches.self_checks:preseed",
+    self_check="fi_patches.pinning.validate:preseed",
 )
 
 VLLM_PLUGIN = Feature(
