@@ -24,7 +24,7 @@ from typing import Any
 from fi_patches import _text as words
 from fi_patches import startup as process
 from fi_patches._logging import ROOT, get_logger
-from fi_patches.features import Feature
+from fi_patches.compat.features import Feature
 from fi_patches.internals import Dependency
 from fi_patches.internals.flashinfer import FLASHINFER
 
@@ -213,7 +213,7 @@ def activate_pins(
     the feature's gates as ``doctor`` evaluates them (the host installed, verified and probed,
     its self-check), then the default table. The level and text of the line to log, and
     whether it activated; on any problem FlashInfer is left stock."""
-    from fi_patches.compat.evaluate import NO_DEVICE, check_dependency
+    from fi_patches.compat.features import NO_DEVICE, check_dependency
 
     problem = check_dependency(feature, dependency).problem
     if problem is None:

@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from fi_patches.compat.evaluate import status_of
+from fi_patches.compat.features import status_of
 from fi_patches.internals import flashinfer as fi
 from fi_patches.pinning import stack
 from fi_patches.pinning.index import Memo

@@ -175,7 +175,7 @@ def test_serving_evaluation_on_a_matrix_release_writes_no_tuner_cache_and_reads_
     """On the installed release (one the compat matrix ran) the verdicts are the matrix's: the
     features are enabled as verified, and neither FlashInfer's cache writers nor a PTX, cubin
     or ptxas reader ran (nor the wide kernel's compile)."""
-    from fi_patches.compat.evaluate import installed_flashinfer
+    from fi_patches.compat.features import installed_flashinfer
     from fi_patches.internals.flashinfer import FLASHINFER
 
     flashinfer_or_skip()

@@ -317,7 +317,7 @@ def _chain_planned(spec: ChainSpec, table: PinTable, bucket: Any) -> Planned:
 
 def validate(table: PinTable, spec: ChainSpec | None = None) -> Report:
     """Every check for ``table`` (and ``spec``'s chain); run only on sm_100/sm_103."""
-    from fi_patches.compat.evaluate import installed_flashinfer
+    from fi_patches.compat.features import installed_flashinfer
 
     planned = _pin_checks(table) + _chain_checks(spec, table)
     listed = tuple(_tuner_pin_checks(table))

@@ -123,7 +123,7 @@ def _without_flashinfer() -> str | None:
     """None where FlashInfer imports, else the line saying what of ``tune`` needs it: the
     chain's buckets are its tuner's, and its runners are what the pins are for, even when
     replaying ``--timings``."""
-    from fi_patches.compat.evaluate import flashinfer_unusable
+    from fi_patches.compat.features import flashinfer_unusable
 
     why = flashinfer_unusable()
     if why is None:
@@ -151,7 +151,7 @@ def _timer(args: argparse.Namespace, spec: Any) -> tuple[Any, str, str]:
     else:
         from fi_patches.chain.timing import CudaGraphTimer
         from fi_patches.chain.validate import blackwell_reason
-        from fi_patches.compat.evaluate import installed_flashinfer
+        from fi_patches.compat.features import installed_flashinfer
 
         # The GPU itself times the kernels: FI_PATCHES_DEVICE names the pins' target, and a
         # CPU or another GPU cannot stand in for an sm_100/sm_103 device.

@@ -340,8 +340,7 @@ def register_precompile(commands: Any) -> None:
 
 def _blocked(arch_given: bool) -> str | None:
     """Why the wide kernel cannot be built here, or None."""
-    from fi_patches.compat.evaluate import status_of
-    from fi_patches.features import feature
+    from fi_patches.compat.features import feature, status_of
 
     record = status_of("wide_tile")
     if record.enabled:

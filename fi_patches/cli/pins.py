@@ -91,7 +91,7 @@ def _bucket_of() -> Any:
 def _file_form_drift() -> str:
     """Where the installed FlashInfer's cache writers no longer write what fi_patches reads
     (the boundary's file-form probes fail), that clause; else ''."""
-    from fi_patches.compat.evaluate import flashinfer_unusable
+    from fi_patches.compat.features import flashinfer_unusable
     from fi_patches.internals import tuner as fi_tuner
 
     if flashinfer_unusable() is not None:
@@ -103,7 +103,7 @@ def _file_form_drift() -> str:
 
 def _flashinfer_missing() -> str:
     """Why FlashInfer gives no bucket map here, as the end of a sentence."""
-    from fi_patches.compat.evaluate import flashinfer_unusable
+    from fi_patches.compat.features import flashinfer_unusable
 
     return flashinfer_unusable() or "FlashInfer here has no mm_mxfp8 tuning config"
 
@@ -113,7 +113,7 @@ def run_record(args: argparse.Namespace) -> int:
 
     from fi_patches._atomic import OutputError, check_output, overwrites_input, write_all
     from fi_patches._text import section_counts
-    from fi_patches.compat.evaluate import installed_flashinfer
+    from fi_patches.compat.features import installed_flashinfer
     from fi_patches.internals import tuner as fi_tuner
     from fi_patches.pins.reading import PIN_SUFFIXES, PinTableError
     from fi_patches.tools.merge import bucket_label, merge, provenance, rule_counts, runner_order
@@ -240,7 +240,7 @@ def run_record(args: argparse.Namespace) -> int:
 def _sources(inputs: list[str], device: str | None) -> tuple[list[Any], dict[str, str]]:
     """The caches ``inputs`` stand for (a vLLM or SGLang directory: its files of the installed
     FlashInfer and ``device``)."""
-    from fi_patches.compat.evaluate import installed_flashinfer
+    from fi_patches.compat.features import installed_flashinfer
     from fi_patches.tools.server_caches import expand
 
     return expand(inputs, installed_flashinfer().version_text, device)

@@ -291,8 +291,8 @@ VLLM_PLUGIN, VLLM_ROUTE = "vllm_plugin", "vllm_route"
 SGLANG_PLUGIN = "sglang_plugin"
 
 # the packages patched besides FlashInfer and where their features run (declared here, so that
-# declaring every feature, :mod:`fi_patches.features`, loads none of their internals: a process
-# that evaluates only the pinning features never imports ``vllm.py``, ``sglang.py`` or
+# declaring every feature, :mod:`fi_patches.compat.features`, loads none of their internals: a
+# process that evaluates only the pinning features never imports ``vllm.py``, ``sglang.py`` or
 # ``cute_dsl.py``; each of those modules re-exports its own) ----------
 
 CUTE_DSL_DISTRIBUTION = "nvidia-cutlass-dsl"

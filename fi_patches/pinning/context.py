@@ -9,8 +9,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 
 from fi_patches._logging import get_logger, log_once
-from fi_patches.compat.evaluate import status_of
-from fi_patches.features import PRESEED
+from fi_patches.compat.features import PRESEED, status_of
 from fi_patches.pinning.validate import applicable
 from fi_patches.pins.table import PinTable
 

@@ -10,10 +10,10 @@ checking an entry is a problem of that entry, never an escaping exception.
 sections of a table whose feature is enabled here, on a table chosen for this device, checked.
 
 The second part of this module holds each pinning feature's behavioural self-check (named by
-its declaration in :mod:`fi_patches.features`), run once per process after its probes pass: the
-patched FlashInfer must behave as the feature needs on the target device, else the feature is
-off with the reason. All are cheap and never cached, except :func:`wide_tile_compiled`, which
-compiles a kernel and whose outcome is kept on disk."""
+its declaration in :mod:`fi_patches.compat.features`), run once per process after its probes
+pass: the patched FlashInfer must behave as the feature needs on the target device, else the
+feature is off with the reason. All are cheap and never cached, except
+:func:`wide_tile_compiled`, which compiles a kernel and whose outcome is kept on disk."""
 
 from __future__ import annotations
 
@@ -26,9 +26,13 @@ from typing import Any
 
 from fi_patches._logging import get_logger, log_once
 from fi_patches._text import error_text
-from fi_patches.compat.evaluate import installed_flashinfer, status_of
+from fi_patches.compat.features import (
+    feature_of_section,
+    installed_flashinfer,
+    pinned_sections,
+    status_of,
+)
 from fi_patches.compat.target import Device, current_device
-from fi_patches.features import feature_of_section, pinned_sections
 from fi_patches.internals import flashinfer as fi
 from fi_patches.pinning import stack
 from fi_patches.pins.keys import as_tactic, bucket_groups, tactic_json
@@ -199,7 +203,7 @@ def check_pins(table: PinTable, *, thorough: bool = False) -> list[PinProblem]:
     what is left unpinned. Membership of each tactic in its runner's own list is checked when the
     tuner first lists that key, entry by entry (a runner lists tactics only for an op's real
     inputs)."""
-    from fi_patches.compat.evaluate import installed_flashinfer
+    from fi_patches.compat.features import installed_flashinfer
     from fi_patches.internals.catalog import catalog
     from fi_patches.pins.keys import SECTION
 
@@ -323,14 +327,14 @@ def _against_stock(section: str, checker: Checker) -> Checker:
 
 def checker_of(section: str) -> Checker:
     """The check of ``section``'s entries, as its feature declares it, against stock lists."""
-    from fi_patches.features import feature_of_section, load
+    from fi_patches.compat.features import feature_of_section, load
 
     return _against_stock(section, load(feature_of_section(section).checker))
 
 
 def checked_sections() -> tuple[str, ...]:
     """Every section some feature checks."""
-    from fi_patches.features import FEATURES
+    from fi_patches.compat.features import FEATURES
 
     return tuple(s for f in FEATURES if f.checker for s in f.sections)
 

@@ -423,7 +423,7 @@ def check_row_overlaps(
 @dataclass(frozen=True)
 class Section:
     """One array of pins: its name in the file and its parser (the feature that applies it
-    names it in ``fi_patches.features``)."""
+    names it in ``fi_patches.compat.features``)."""
 
     name: str
     parse: Callable[[FieldReader, int], Any]

@@ -31,7 +31,7 @@ from packaging.version import Version
 from fi_patches import _env
 from fi_patches import _text as words
 from fi_patches._text import error_text, safe_name
-from fi_patches.compat.evaluate import on_refresh
+from fi_patches.compat.features import on_refresh
 from fi_patches.pins.reading import (
     LEFT_OUT,
     MAX_FILE_BYTES,
@@ -56,7 +56,7 @@ from fi_patches.pins.schema import (
 )
 
 if TYPE_CHECKING:
-    from fi_patches.compat.evaluate import FeatureStatus
+    from fi_patches.compat.features import FeatureStatus
 
 __all__ = [
     "ENV",
@@ -479,7 +479,7 @@ def default_pins() -> PinTable:
 
 def describe_default_pins(feature: str, record: FeatureStatus) -> str:
     """One sentence on what the default table holds for ``feature`` and whether it applies."""
-    from fi_patches.features import feature as declared
+    from fi_patches.compat.features import feature as declared
 
     sections = list(declared(feature).sections)
     if not sections:

@@ -147,7 +147,7 @@ def arm() -> Hold | None:
     no FlashInfer to guard, or (logged once) when it could not be applied, so pinning goes on
     without it."""
     if "flashinfer" not in sys.modules:
-        from fi_patches.compat.evaluate import installed_flashinfer
+        from fi_patches.compat.features import installed_flashinfer
 
         # Import FlashInfer before taking the installation's lock: its post-import hook
         # (fi_patches.auto) arms the guard too, and must not find the lock held.

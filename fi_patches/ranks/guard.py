@@ -328,7 +328,7 @@ def local_fingerprint() -> Fingerprint:
     from fi_patches import startup as _state
     from fi_patches._env import settings as fi_patches_settings
     from fi_patches._version import VERSION
-    from fi_patches.compat.evaluate import installed_flashinfer
+    from fi_patches.compat.features import installed_flashinfer
     from fi_patches.compat.target import current_device
     from fi_patches.overview import status
     from fi_patches.pinning import stack

@@ -60,7 +60,7 @@ def check_meta(table: PinTable) -> tuple[str, str]:
     invalid when it was chosen on another device, unchecked when this machine's device cannot
     be known (no CUDA device and no ``FI_PATCHES_DEVICE``): a table is not wrong for a device
     nobody named."""
-    from fi_patches.compat.evaluate import installed_flashinfer
+    from fi_patches.compat.features import installed_flashinfer
     from fi_patches.compat.target import current_device
 
     device = current_device()
@@ -76,8 +76,7 @@ def check_meta(table: PinTable) -> tuple[str, str]:
 def check_entries(table: PinTable) -> tuple[str | None, list[EntryCheck]]:
     """The meta problem (or None: see :func:`check_meta` for an unchecked meta) and a verdict
     per entry."""
-    from fi_patches.compat.evaluate import status_of
-    from fi_patches.features import feature_of_section
+    from fi_patches.compat.features import feature_of_section, status_of
     from fi_patches.pinning.validate import checked_sections, checker_of
 
     runners = Runners()
