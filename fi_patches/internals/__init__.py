@@ -1,9 +1,9 @@
 """The boundary: every internal fi_patches uses from another package, declared once with the
 probe that guards it and the features that need it (``tuner.py``: FlashInfer's tuner contract
-and its caches' file forms, which pinning and recording any op need; ``flashinfer.py``: the
-MXFP8 internals; ``cute_dsl.py``: the CuTe DSL's, which the wide kernel and its FlashInfer base
-class use; ``tune_group.py``; ``vllm.py``; ``sglang.py``), and what FlashInfer's sources say
-(``catalog.py``: its runner classes and the op names it tunes). No other
+and its caches' file forms, which pinning and recording any op need, and its tune group, which
+the rank guard hooks; ``flashinfer.py``: the MXFP8 internals; ``cute_dsl.py``: the CuTe DSL's,
+which the wide kernel and its FlashInfer base class use; ``vllm.py``; ``sglang.py``), and what
+FlashInfer's sources say (``catalog.py``: its runner classes and the op names it tunes). No other
 module of fi_patches imports FlashInfer or names one of its private members, and only the DSL
 kernel module imports the DSL; ``tests/test_boundary.py`` checks that, and the drift suite
 (``tests/drift/``) breaks each declared internal in turn.
@@ -341,7 +341,6 @@ DECLARING: tuple[tuple[str, tuple[str, ...] | None], ...] = (
     ("tuner", None),
     ("flashinfer", None),
     ("cute_dsl", (PINNED_TACTICS, PINNED_CUTE_DSL, WIDE_TILE)),
-    ("tune_group", None),
     ("vllm", (VLLM_PLUGIN, VLLM_ROUTE)),
     ("sglang", (SGLANG_PLUGIN,)),
 )

@@ -21,7 +21,7 @@ list each is about to profile, and a difference raises :class:`TacticDivergenceE
 op, the bucket and each rank's list, instead of a collective that hangs or fails without
 saying which rank differs.
 
-Where it hooks FlashInfer's tuner (``choose_one``, see :mod:`fi_patches.internals.tune_group`):
+Where it hooks FlashInfer's tuner (``choose_one``, see :mod:`fi_patches.internals.tuner`):
 the ``"operation"`` gate names the op and its runners, ``_prepare_input_tensors`` receives the
 bucket's optimization profile, and the ``("candidates", op, step, runner)`` gate receives the
 final candidate list just before FlashInfer all-reduces over the group. The comparison runs
@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 from fi_patches import _env
 from fi_patches._lazy import lazy_exports
 from fi_patches._logging import get_logger, log_once
-from fi_patches.internals import tune_group
+from fi_patches.internals import tuner as fi_tuner
 from fi_patches.patching import AttributePatch, PatchSet, proxied
 from fi_patches.pinning.installation import Hold, Installation
 
@@ -80,7 +80,7 @@ def guard_before_tuning(group: Any) -> None:
     from fi_patches.ranks.guard import DEFAULT_TIMEOUT, RankMismatchError, run_guard
 
     try:
-        run_guard(group, mode, DEFAULT_TIMEOUT, tune_group.SET_GROUP)
+        run_guard(group, mode, DEFAULT_TIMEOUT, fi_tuner.SET_GROUP)
     except RankMismatchError:
         if mode == "raise":
             raise
@@ -119,7 +119,7 @@ while the guard's installation holds it."""
 
 
 def _build() -> PatchSet:
-    reason = tune_group.first_failure(tune_group.GUARD_PROBES)
+    reason = fi_tuner.first_failure(fi_tuner.GUARD_PROBES)
     if reason is not None:
         log_once(
             logger,
@@ -130,8 +130,8 @@ def _build() -> PatchSet:
         )
         return PatchSet([])
     patches: list[Any] = [
-        AttributePatch(owner, tune_group.SET_GROUP, _guarded_setter)
-        for owner in tune_group.setter_owners()
+        AttributePatch(owner, fi_tuner.SET_GROUP, _guarded_setter)
+        for owner in fi_tuner.setter_owners()
     ]
     if _env.rank_guard_tuning():
         patches += detector_patches()
@@ -177,7 +177,7 @@ _LIST_CHARS = 600
 _context = threading.local()
 
 
-def _payload(call: tune_group.CandidateGateCall) -> bytes:
+def _payload(call: fi_tuner.CandidateGateCall) -> bytes:
     runners: Sequence[str] = getattr(_context, "runners", ())
     same_op = getattr(_context, "op", None) == call.op
     known = same_op and call.runner_index < len(runners)
@@ -191,7 +191,7 @@ def _payload(call: tune_group.CandidateGateCall) -> bytes:
         entry["skip"] = "a rank failed to prepare this runner (FlashInfer coordinates that)"
         return json.dumps(entry).encode()
     try:
-        tactics = [tune_group.tactic_json(t) for t in call.selection]
+        tactics = [fi_tuner.tactic_json(t) for t in call.selection]
         text = json.dumps(tactics, sort_keys=True, separators=(",", ":"), allow_nan=False)
     except Exception as exc:
         entry["skip"] = f"a candidate list is not representable ({type(exc).__name__})"
@@ -234,10 +234,10 @@ def divergence_message(view: GroupView, entries: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def check_candidates(call: tune_group.CandidateGateCall) -> None:
+def check_candidates(call: fi_tuner.CandidateGateCall) -> None:
     """Compare this gate's candidate list across the tune group; raises on a difference or a
     missing rank, logs (once) and returns on anything else."""
-    group = tune_group.tune_group()
+    group = fi_tuner.tune_group()
     if group is None:
         return
     from fi_patches.ranks.exchange import ExchangeTimeout, all_gather, group_view
@@ -280,7 +280,7 @@ def _operation_gate(
 ) -> Any:
     """FlashInfer's operation-phase gate, noting the op being tuned first (wrapt's form)."""
     try:
-        operation = tune_group.operation_gate_call(args, kwargs)
+        operation = fi_tuner.operation_gate_call(args, kwargs)
     except Exception:
         operation = None
     if operation is not None:
@@ -300,7 +300,7 @@ def _prepare_inputs(
     """FlashInfer's profiling-input builder, noting the bucket first (wrapt's form: ``wrapped``
     is bound to the tuner)."""
     try:
-        _context.bucket = tune_group.profile_shapes(_profile(*args, **kwargs))
+        _context.bucket = fi_tuner.profile_shapes(_profile(*args, **kwargs))
     except Exception:
         _context.bucket = None
     return wrapped(*args, **kwargs)
@@ -312,7 +312,7 @@ def _candidate_gate(
     """FlashInfer's candidate sync, comparing the candidates across ranks first (wrapt's
     form)."""
     try:
-        call = tune_group.candidate_gate_call(args, kwargs)
+        call = fi_tuner.candidate_gate_call(args, kwargs)
     except Exception:
         call = None
     if call is not None:
@@ -323,7 +323,7 @@ def _candidate_gate(
 def detector_patches() -> list[AttributePatch]:
     """The detector's patches on FlashInfer's tuner, or none (logged once) when an internal
     it needs is missing here."""
-    reason = tune_group.first_failure(tune_group.DETECTOR_PROBES)
+    reason = fi_tuner.first_failure(fi_tuner.DETECTOR_PROBES)
     if reason is not None:
         log_once(
             logger,
@@ -333,10 +333,10 @@ def detector_patches() -> list[AttributePatch]:
             reason,
         )
         return []
-    module = tune_group.tuner_module()
-    prepare = tune_group.PREPARE_INPUTS.split(".")[1]
+    module = fi_tuner.tuner_module()
+    prepare = fi_tuner.PREPARE_INPUTS_NAME.split(".")[1]
     return [
-        AttributePatch(module, tune_group.OPERATION_GATE, proxied(_operation_gate)),
-        AttributePatch(module, tune_group.CANDIDATE_GATE, proxied(_candidate_gate)),
-        AttributePatch(tune_group.tuner_class(), prepare, proxied(_prepare_inputs)),
+        AttributePatch(module, fi_tuner.OPERATION_GATE, proxied(_operation_gate)),
+        AttributePatch(module, fi_tuner.CANDIDATE_GATE, proxied(_candidate_gate)),
+        AttributePatch(fi_tuner.tuner_class(), prepare, proxied(_prepare_inputs)),
     ]
