@@ -2,9 +2,8 @@
 tables this process holds by default.
 
 The pin state this process holds below the engine (the second part of this module): the
-default table (``FI_PATCHES_PINS``, a
-path, else what ``register_pins`` set, else an empty table), the pin files read so far, and the
-one way every cache of pin state is invalidated.
+default table (``FI_PATCHES_PINS``, a path, else what ``register_pins`` set, else an empty
+table), the pin files read so far, and the one way every cache of pin state is invalidated.
 
 That way is a generation counter, read when a cache is used: :data:`GENERATION` moves on
 whenever the tables that could serve a call may have changed, and :data:`REFRESHED` (which moves
