@@ -16,10 +16,10 @@ _EXPORTS = {
     "InternalError": "fi_patches.internals",
     "pinned_tactics": "fi_patches.pinning.context",
     "PinTable": "fi_patches.pins.table",
-    "PinTableError": "fi_patches.pins.errors",
-    "PinProblem": "fi_patches.pins.errors",
-    "register_pins": "fi_patches.pins.default",
-    "default_pins": "fi_patches.pins.default",
+    "PinTableError": "fi_patches.pins.reading",
+    "PinProblem": "fi_patches.pins.reading",
+    "register_pins": "fi_patches.pins.table",
+    "default_pins": "fi_patches.pins.table",
     "enable": "fi_patches.activation",
     "disable": "fi_patches.activation",
     "rank_guard": "fi_patches.ranks.guard",
@@ -38,11 +38,11 @@ if TYPE_CHECKING:
     from fi_patches.overview import refresh as refresh
     from fi_patches.overview import status as status
     from fi_patches.pinning.context import pinned_tactics as pinned_tactics
-    from fi_patches.pins.default import default_pins as default_pins
-    from fi_patches.pins.default import register_pins as register_pins
-    from fi_patches.pins.errors import PinProblem as PinProblem
-    from fi_patches.pins.errors import PinTableError as PinTableError
+    from fi_patches.pins.reading import PinProblem as PinProblem
+    from fi_patches.pins.reading import PinTableError as PinTableError
     from fi_patches.pins.table import PinTable as PinTable
+    from fi_patches.pins.table import default_pins as default_pins
+    from fi_patches.pins.table import register_pins as register_pins
     from fi_patches.ranks.guard import RankMismatchError as RankMismatchError
     from fi_patches.ranks.guard import rank_guard as rank_guard
 

@@ -24,7 +24,7 @@ from typing import Any
 from fi_patches import _text as words
 from fi_patches import startup as process
 from fi_patches._logging import ROOT, get_logger
-from fi_patches.features import Feature
+from fi_patches.compat.features import Feature
 from fi_patches.internals import Dependency
 from fi_patches.internals.flashinfer import FLASHINFER
 
@@ -46,15 +46,15 @@ _state = _State()
 
 def _apply(module: Any = None) -> None:
     """The post-import hook: activate the default table, or log why not (never raises)."""
-    from fi_patches.pins.errors import PinTableError
+    from fi_patches.pins.reading import PinTableError
 
     with _lock:
         if not process.pins_requested() or _state.table is not None:
             return
         if not _state.held:
-            from fi_patches.ranks import automatic
+            from fi_patches import ranks
 
-            guard = automatic.arm()
+            guard = ranks.arm()
             if guard is not None:
                 _state.held.append(guard)
         try:
@@ -213,7 +213,7 @@ def activate_pins(
     the feature's gates as ``doctor`` evaluates them (the host installed, verified and probed,
     its self-check), then the default table. The level and text of the line to log, and
     whether it activated; on any problem FlashInfer is left stock."""
-    from fi_patches.compat.evaluate import NO_DEVICE, check_dependency
+    from fi_patches.compat.features import NO_DEVICE, check_dependency
 
     problem = check_dependency(feature, dependency).problem
     if problem is None:
@@ -221,8 +221,8 @@ def activate_pins(
         problem = f"self-check failed: {failed}." if failed else None
     if problem is not None:
         return logging.WARNING, f"left {host} and FlashInfer stock: {problem}", False
-    from fi_patches.pins.default import default_pins
-    from fi_patches.pins.errors import PinTableError
+    from fi_patches.pins.reading import PinTableError
+    from fi_patches.pins.table import default_pins
 
     try:
         table = default_pins()

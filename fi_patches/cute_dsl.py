@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from fi_patches._logging import get_logger, log_once
-from fi_patches.compat.evaluate import status_of
+from fi_patches.compat.features import status_of
 from fi_patches.compat.target import current_device
 from fi_patches.internals import flashinfer as fi
 from fi_patches.pinning.stack import TableLike, tables_in_force

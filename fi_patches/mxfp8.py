@@ -22,13 +22,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from fi_patches._limits import LOW_LATENCY_MAX_ROWS, WIDE_MAX_ROWS
-from fi_patches.compat.evaluate import status_of
+from fi_patches.compat.features import status_of
 from fi_patches.internals import flashinfer as fi
 from fi_patches.pinning import stack
 from fi_patches.pinning.index import Memo
 from fi_patches.pinning.stack import TableLike, pins_key, tables_in_force
-from fi_patches.pins.default import GENERATION as _GENERATION
+from fi_patches.pins.schema import LOW_LATENCY_MAX_ROWS, WIDE_MAX_ROWS
+from fi_patches.pins.table import GENERATION as _GENERATION
 from fi_patches.pins.table import PinTable, lookup, lookup_wide
 
 

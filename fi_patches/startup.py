@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 LIFECYCLE: dict[str, str] = {
     "pinning": "fi_patches.pinning.installation:PINNING",
-    "rank_guard": "fi_patches.ranks.automatic:GUARD",
+    "rank_guard": "fi_patches.ranks:GUARD",
     "process_pins": "fi_patches.activation:PROCESS_PINS",
     "vllm_route": "fi_patches.vllm.route:ROUTE",
     "startup_hook": "fi_patches.startup:HOOK",

@@ -14,8 +14,8 @@ from packaging.version import Version
 
 from fi_patches._logging import forget_logged
 from fi_patches.compat import refresh, status_of
-from fi_patches.compat.evaluate import verify_fully
-from fi_patches.pins.default import register_pins
+from fi_patches.compat.features import verify_fully
+from fi_patches.pins.table import register_pins
 
 # Hypothesis profiles: "ci" (the default) runs 2,000 examples per property from a fixed seed;
 # "deep" (pytest --hypothesis-profile=deep) runs 20,000 from a random one (a quarter of either
@@ -67,7 +67,7 @@ def clean_state(
     yield
     from fi_patches.pinning import stack
     from fi_patches.pinning.installation import installed_count
-    from fi_patches.ranks.automatic import GUARD
+    from fi_patches.ranks import GUARD
 
     assert installed_count() == 0, "a test left the pinning wrappers installed"
     assert GUARD.count == 0, "a test left the automatic rank guard installed"
@@ -80,7 +80,7 @@ def clean_state(
 def flashinfer_or_skip() -> Any:
     """The real FlashInfer, or a skip naming why it does not import here (a failure where this
     environment's matrix cell expects it to import)."""
-    from fi_patches.compat.evaluate import installed_flashinfer
+    from fi_patches.compat.features import installed_flashinfer
 
     fi = installed_flashinfer()
     if not fi.present:
@@ -116,12 +116,12 @@ def require_release_supports(name: str) -> None:
     be absent, a ``since`` one is not needed before its release): only the device and self-check
     gates remain. Where the environment expects the release to support ``name``
     (``tests/expected.py``), fail instead of skipping."""
+    from fi_patches.compat.features import feature
     from fi_patches.compat.target import is_verified
-    from fi_patches.features import feature
     from tests import expected
 
     flashinfer_or_skip()
-    from fi_patches.compat.evaluate import installed_flashinfer
+    from fi_patches.compat.features import installed_flashinfer
 
     declared = feature(name)
     version = installed_flashinfer().version

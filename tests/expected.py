@@ -29,7 +29,7 @@ def environment_cell() -> tuple[Cell | None, str]:
             return matrix().cell(named), f"{CELL_ENV}={named}"
         except KeyError:
             return None, f"{CELL_ENV}={named} names no cell of compat/matrix.toml"
-    from fi_patches.compat.evaluate import installed_flashinfer
+    from fi_patches.compat.features import installed_flashinfer
 
     version = installed_flashinfer().version
     listed = matrix().listed_as(str(version)) if version is not None else None

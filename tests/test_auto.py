@@ -72,7 +72,7 @@ def test_auto_when_fi_patches_itself_first_imports_flashinfer(pinning, tmp_path,
         "import fi_patches.auto, fi_patches\n"
         "assert fi_patches.status()\n"
         "from fi_patches import activation\n"
-        "from fi_patches.ranks.automatic import GUARD\n"
+        "from fi_patches.ranks import GUARD\n"
         "print(activation.outcome(), GUARD.count)\n"
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("FI_PATCHES_")}

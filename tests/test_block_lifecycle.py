@@ -69,7 +69,7 @@ def test_a_block_made_inert_by_disable_stays_inert_after_enable(pins):
 
 
 def test_the_rank_guards_installation_follows_its_blocks(pins):
-    from fi_patches.ranks.automatic import GUARD
+    from fi_patches.ranks import GUARD
 
     first, second = pins
     older = _enter(lowlat.table(lowlat.entry(N, K, 5, 8, first)))

@@ -157,7 +157,7 @@ def test_a_feature_reads_only_the_modules_that_declare_for_it():
     an internal for a feature it is not listed for, and each feature finds what a full read finds."""
     import importlib
 
-    from fi_patches.features import FEATURES
+    from fi_patches.compat.features import FEATURES
     from fi_patches.internals import DECLARING, needed_by
 
     for name, only in DECLARING:

@@ -33,7 +33,7 @@ NOT_BUILT = (
 
 def _catalog_0_7_4():
     flashinfer_or_skip()
-    from fi_patches.compat.evaluate import installed_flashinfer
+    from fi_patches.compat.features import installed_flashinfer
 
     version = installed_flashinfer().version_text
     if version != "0.7.4":

@@ -22,7 +22,7 @@ from tests.conftest import flashinfer_or_skip
 
 
 def _installed() -> str:
-    from fi_patches.compat.evaluate import installed_flashinfer
+    from fi_patches.compat.features import installed_flashinfer
 
     return installed_flashinfer().version_text or "0"
 

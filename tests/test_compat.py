@@ -122,7 +122,7 @@ def test_probes_against_the_real_flashinfer():
 
 def test_status_has_one_record_per_feature_with_the_fields():
     records = fi_patches.status()
-    from fi_patches.features import FEATURES
+    from fi_patches.compat.features import FEATURES
 
     assert [r.name for r in records] == [f.name for f in FEATURES]
     assert records[0].name == "pinned_ops"

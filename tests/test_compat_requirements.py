@@ -10,9 +10,8 @@ import pytest
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from fi_patches.compat.evaluate import check_dependency, evaluate
+from fi_patches.compat.features import Feature, check_dependency, evaluate
 from fi_patches.compat.target import Device
-from fi_patches.features import Feature
 from fi_patches.internals import Dependency
 from fi_patches.internals.flashinfer import FLASHINFER
 

@@ -25,7 +25,7 @@ README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def _installed_flashinfer() -> str | None:
-    from fi_patches.compat.evaluate import installed_flashinfer
+    from fi_patches.compat.features import installed_flashinfer
 
     return installed_flashinfer().version_text
 

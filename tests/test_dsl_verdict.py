@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from fi_patches.compat import status_of
-from fi_patches.compat.evaluate import installed
-from fi_patches.features import FEATURES
+from fi_patches.compat.features import FEATURES, installed
 from fi_patches.internals.cute_dsl import CUTE_DSL
 from tests.conftest import require_release_supports
 from tests.fake_flashinfer import run_fi_patches

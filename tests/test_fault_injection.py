@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from fi_patches.features import feature
+from fi_patches.compat.features import feature
 from tests.fake_flashinfer import DSL_RELEASE, run_fi_patches, write_fake
 from tests.forkserver import ForkServer
 from tests.isolated_site import isolated_site, run_cli

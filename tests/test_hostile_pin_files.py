@@ -12,8 +12,7 @@ import pytest
 
 from fi_patches._text import safe_repr
 from fi_patches.pins import PinTable, PinTableError
-from fi_patches.pins.errors import MAX_SHOWN_PROBLEMS, PinProblem
-from fi_patches.pins.reading import MAX_FILE_BYTES
+from fi_patches.pins.reading import MAX_FILE_BYTES, MAX_SHOWN_PROBLEMS, PinProblem
 from fi_patches.pins.schema import K_MAX, MAX_ENTRIES, N_MAX, ROWS_MAX
 
 META = {"device": "sm_103", "flashinfer": ">=0.7.0,<0.8"}

@@ -17,8 +17,7 @@ from hypothesis import strategies as st
 
 from fi_patches.pinning.index import merge
 from fi_patches.pins import PinTable, PinTableError
-from fi_patches.pins.keys import TunerKey, as_tactic, parse_file_key
-from fi_patches.pins.tuner_pin import runner_overlaps
+from fi_patches.pins.keys import TunerKey, as_tactic, parse_file_key, runner_overlaps
 from fi_patches.tools.merge import merge as merge_caches
 from fi_patches.tools.record import Tuned, TunerCacheError, dumps, from_v1_file
 from tests.conftest import costly_examples

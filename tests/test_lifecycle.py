@@ -116,7 +116,7 @@ def test_disable_uninstruments_every_builtin_patch_set_to_the_exact_originals(
 ):
     from flashinfer.autotuner import AutoTuner, TunableRunner
 
-    from fi_patches.internals import tune_group
+    from fi_patches.internals import tuner as fi_tuner
 
     n, k = lowlat.SHAPE
     pins = tmp_path / "pins.toml"
@@ -129,7 +129,7 @@ def test_disable_uninstruments_every_builtin_patch_set_to_the_exact_originals(
     runner = lowlat.runner()
     owners = [TunableRunner, AutoTuner, type(runner)]
     before = [dict(vars(owner)) for owner in owners]
-    setters = [(m, vars(m)[tune_group.SET_GROUP]) for m in tune_group.setter_owners()]
+    setters = [(m, vars(m)[fi_tuner.SET_GROUP]) for m in fi_tuner.setter_owners()]
     try:
         fi_patches.enable()
         installed = {name for name, entry in startup.entries() if entry and entry.installed}
@@ -142,7 +142,7 @@ def test_disable_uninstruments_every_builtin_patch_set_to_the_exact_originals(
         after = dict(vars(owner))
         assert after.keys() == namespace.keys(), owner
         assert all(after[key] is namespace[key] for key in namespace), owner
-    assert all(vars(module)[tune_group.SET_GROUP] is setter for module, setter in setters)
+    assert all(vars(module)[fi_tuner.SET_GROUP] is setter for module, setter in setters)
     assert lowlat.offered(runner, n, k, 8) == lowlat.stock(n, k, 8)
 
 

@@ -9,7 +9,7 @@ import pytest
 from fi_patches._text import value_text
 from fi_patches.cli import main
 from fi_patches.mxfp8 import wide_tiles_served
-from fi_patches.pins.errors import PinProblem
+from fi_patches.pins.reading import PinProblem
 
 TABLE = """
 [meta]

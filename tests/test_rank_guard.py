@@ -32,7 +32,7 @@ import fi_patches, fi_patches.auto
 from fi_patches import RankMismatchError, rank_guard
 from fi_patches.pinning import stack
 from fi_patches.pinning.installation import installed_count
-from fi_patches.ranks.automatic import GUARD
+from fi_patches.ranks import GUARD
 from fi_patches.ranks.guard import TacticDivergenceError
 from flashinfer.autotuner import AutoTuner, get_autotune_process_group
 from tests import lowlat
@@ -333,9 +333,9 @@ def test_flashinfers_set_autotune_process_group_runs_the_guard(ranks):
 
 @pytest.mark.simulated
 def test_the_tuning_detector_names_the_rank_whose_candidates_differ(ranks):
-    from fi_patches.internals import tune_group
+    from fi_patches.internals import tuner as fi_tuner
 
-    missing = tune_group.first_failure(tune_group.DETECTOR_PROBES)
+    missing = fi_tuner.first_failure(fi_tuner.DETECTOR_PROBES)
     if missing is not None:
         pytest.skip(f"the tuning divergence detector is off on this FlashInfer: {missing}")
     assert all(f["passed"] and f["value"] == [1, 2, 4, 8] for f in scenario(ranks, "tuning_agree"))

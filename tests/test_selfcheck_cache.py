@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-import fi_patches.features
+import fi_patches.compat.features
 from fi_patches.compat import selfcheck_cache
 from fi_patches.internals import flashinfer as fi
 from fi_patches.internals.cute_dsl import CUTE_DSL
@@ -26,14 +26,18 @@ RUN_HERE = {fi.FLASHINFER, CUTE_DSL}
 """The packages of the features judged here (the vLLM and SGLang ones stop earlier)."""
 
 FEATURES = tuple(
-    f.name for f in fi_patches.features.FEATURES if set(f.requires) <= RUN_HERE and f.compiled_check
+    f.name
+    for f in fi_patches.compat.features.FEATURES
+    if set(f.requires) <= RUN_HERE and f.compiled_check
 )
 """The features with a compiled (cached) check that runs here (the vLLM ones stop earlier)."""
-ON_DEVICE = tuple(f.name for f in fi_patches.features.FEATURES if f.name in FEATURES and f.devices)
+ON_DEVICE = tuple(
+    f.name for f in fi_patches.compat.features.FEATURES if f.name in FEATURES and f.devices
+)
 """The cached features judged for a device (the others need none: their key holds no arch)."""
 CHEAP = tuple(
     f.name
-    for f in fi_patches.features.FEATURES
+    for f in fi_patches.compat.features.FEATURES
     if set(f.requires) <= RUN_HERE and not f.compiled_check
 )
 """The features whose only self-check is cheap: it runs in every process, never kept."""
@@ -194,7 +198,7 @@ def test_off_keeps_nothing_and_an_unwritable_place_warns_once(tmp_path, monkeypa
 
 
 def test_an_outcome_that_raised_is_not_kept(tmp_path, monkeypatch):
-    from fi_patches.compat.evaluate import ProbeResult
+    from fi_patches.compat.features import ProbeResult
     from fi_patches.compat.target import Device
 
     monkeypatch.setenv(selfcheck_cache.ENV, str(tmp_path))

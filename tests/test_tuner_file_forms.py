@@ -14,7 +14,7 @@ import textwrap
 
 import pytest
 
-from fi_patches.compat.evaluate import installed_flashinfer
+from fi_patches.compat.features import installed_flashinfer
 from fi_patches.internals import tuner as fi_tuner
 from fi_patches.tools.record import from_v1_file, from_v2_store
 from tests.conftest import require_release_supports

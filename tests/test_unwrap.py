@@ -29,25 +29,25 @@ def test_every_wrapper_of_a_block_unwraps_to_flashinfers_original(pinning, monke
     import flashinfer.autotuner as autotuner_package
     from flashinfer.autotuner import AutoTuner
 
-    from fi_patches.internals import tune_group
+    from fi_patches.internals import tuner as fi_tuner
 
     monkeypatch.setenv("FI_PATCHES_RANK_GUARD_TUNING", "1")  # the detector's patches too
-    tuner_module = tune_group.tuner_module()
+    tuner_module = fi_tuner.tuner_module()
     runner = lowlat.runner()
     runner_class = type(runner)
     tuner_before = _tuner_namespace()
     runner_before = dict(vars(runner_class))
     stock_valid = runner_class.get_valid_tactics
-    module_names = (tune_group.OPERATION_GATE, tune_group.CANDIDATE_GATE)
+    module_names = (fi_tuner.OPERATION_GATE, fi_tuner.CANDIDATE_GATE)
     modules_before = {name: vars(tuner_module)[name] for name in module_names}
-    setter_before = vars(autotuner_package)[tune_group.SET_GROUP]
+    setter_before = vars(autotuner_package)[fi_tuner.SET_GROUP]
     tuner_names = ("search_cache", "choose_one", "_profile_single_kernel", "_prepare_input_tensors")
     pin = lowlat.non_split_alternative(N, K, 8)
     with fi_patches.pinned_tactics(lowlat.table(lowlat.entry(N, K, 5, 8, pin))):
         assert lowlat.offered(runner, N, K, 8) == [pin]  # the wrappers are live
         installed = {name: vars(AutoTuner)[name] for name in tuner_names}
         installed.update({name: vars(tuner_module)[name] for name in module_names})
-        installed["setter"] = vars(autotuner_package)[tune_group.SET_GROUP]
+        installed["setter"] = vars(autotuner_package)[fi_tuner.SET_GROUP]
         installed["get_valid_tactics"] = vars(runner_class)["get_valid_tactics"]
         originals = {name: tuner_before[name] for name in tuner_names}
         originals.update(modules_before)
@@ -78,7 +78,7 @@ def test_every_wrapper_of_a_block_unwraps_to_flashinfers_original(pinning, monke
     assert runner_after.keys() == runner_before.keys()
     assert all(runner_after[name] is runner_before[name] for name in runner_before)
     assert all(vars(tuner_module)[name] is modules_before[name] for name in module_names)
-    assert vars(autotuner_package)[tune_group.SET_GROUP] is setter_before
+    assert vars(autotuner_package)[fi_tuner.SET_GROUP] is setter_before
 
 
 def test_stock_method_sees_through_a_wrapper_over_ours_but_not_flashinfers_own(pinning):

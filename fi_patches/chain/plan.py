@@ -27,7 +27,7 @@ from fi_patches.chain.spec import (
     UpstreamError,
     section_for,
 )
-from fi_patches.pins.errors import PinProblem
+from fi_patches.pins.reading import PinProblem
 from fi_patches.pins.table import PinTable
 from fi_patches.tools.record import dumps
 

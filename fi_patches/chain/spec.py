@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fi_patches._limits import LOW_LATENCY_MAX_ROWS, WIDE_MAX_ROWS
-from fi_patches.pins.errors import LEFT_OUT, PinProblem, PinTableError
-from fi_patches.pins.reading import FieldReader, read_data_file
+from fi_patches.pins.reading import LEFT_OUT, FieldReader, PinProblem, PinTableError, read_data_file
+from fi_patches.pins.schema import LOW_LATENCY_MAX_ROWS, WIDE_MAX_ROWS
 from fi_patches.wide.tactics import WIDE_MIN_ROWS, pick_tile
 
 

@@ -35,9 +35,8 @@ from typing import Any, Protocol
 from fi_patches._text import value_text
 from fi_patches.chain.ops import Op
 from fi_patches.chain.spec import ReplayError, TuneError
-from fi_patches.pins.errors import PinTableError
 from fi_patches.pins.keys import as_tactic, tactic_json
-from fi_patches.pins.reading import read_data_file
+from fi_patches.pins.reading import PinTableError, read_data_file
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from typing import Any
 
 from fi_patches.chain.spec import Bucket, ChainSpec
 from fi_patches.internals import flashinfer as fi
+from fi_patches.pins.keys import SECTION as PIN_SECTION
 from fi_patches.pins.table import PinTable
-from fi_patches.pins.tuner_pin import SECTION as PIN_SECTION
 from fi_patches.wide.tactics import TILE_ROUNDING, WIDE_MIN_ROWS
 
 PASSED, FAILED, NOT_RUN = "passed", "failed", "not run"
@@ -317,7 +317,7 @@ def _chain_planned(spec: ChainSpec, table: PinTable, bucket: Any) -> Planned:
 
 def validate(table: PinTable, spec: ChainSpec | None = None) -> Report:
     """Every check for ``table`` (and ``spec``'s chain); run only on sm_100/sm_103."""
-    from fi_patches.compat.evaluate import installed_flashinfer
+    from fi_patches.compat.features import installed_flashinfer
 
     planned = _pin_checks(table) + _chain_checks(spec, table)
     listed = tuple(_tuner_pin_checks(table))

@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from fi_patches.compat.evaluate import verify_fully
+    from fi_patches.compat.features import verify_fully
 
     verify_fully()  # every command is tooling: it verifies, as the compat matrix does
     logging.basicConfig(

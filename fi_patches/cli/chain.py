@@ -73,10 +73,8 @@ def run_tune(args: argparse.Namespace) -> int:
     from fi_patches._atomic import OutputError, check_output, overwrites_input
     from fi_patches.chain.plan import sidecar_path
     from fi_patches.chain.spec import ChainError, ChainSpec, chain_path
-    from fi_patches.pins.default import default_pins
-    from fi_patches.pins.errors import PinTableError
-    from fi_patches.pins.reading import PIN_SUFFIXES
-    from fi_patches.pins.table import PinTable
+    from fi_patches.pins.reading import PIN_SUFFIXES, PinTableError
+    from fi_patches.pins.table import PinTable, default_pins
 
     clash = overwrites_input(
         [
@@ -125,7 +123,7 @@ def _without_flashinfer() -> str | None:
     """None where FlashInfer imports, else the line saying what of ``tune`` needs it: the
     chain's buckets are its tuner's, and its runners are what the pins are for, even when
     replaying ``--timings``."""
-    from fi_patches.compat.evaluate import flashinfer_unusable
+    from fi_patches.compat.features import flashinfer_unusable
 
     why = flashinfer_unusable()
     if why is None:
@@ -153,7 +151,7 @@ def _timer(args: argparse.Namespace, spec: Any) -> tuple[Any, str, str]:
     else:
         from fi_patches.chain.timing import CudaGraphTimer
         from fi_patches.chain.validate import blackwell_reason
-        from fi_patches.compat.evaluate import installed_flashinfer
+        from fi_patches.compat.features import installed_flashinfer
 
         # The GPU itself times the kernels: FI_PATCHES_DEVICE names the pins' target, and a
         # CPU or another GPU cannot stand in for an sm_100/sm_103 device.
@@ -299,9 +297,8 @@ def run_validate(args: argparse.Namespace) -> int:
     from fi_patches._atomic import OutputError, check_output, overwrites_input, write_all
     from fi_patches.chain.spec import ChainError, ChainSpec, chain_path
     from fi_patches.chain.validate import NOT_RUN, validate
-    from fi_patches.pins.default import default_pins
-    from fi_patches.pins.errors import PinTableError
-    from fi_patches.pins.table import PinTable
+    from fi_patches.pins.reading import PinTableError
+    from fi_patches.pins.table import PinTable, default_pins
 
     if args.report:
         report_json = Path(args.report).with_suffix(".json")

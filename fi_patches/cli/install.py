@@ -303,8 +303,8 @@ def run_doctor(args: argparse.Namespace) -> int:
 
 def _pinned_ops() -> list[Any]:
     """The default table's ``[[pin]]`` entries per op, as ``pins check`` judges them here."""
-    from fi_patches.pins.default import default_pins
-    from fi_patches.pins.errors import PinTableError
+    from fi_patches.pins.reading import PinTableError
+    from fi_patches.pins.table import default_pins
     from fi_patches.tools.check import pins_per_op
 
     try:
@@ -340,8 +340,7 @@ def register_precompile(commands: Any) -> None:
 
 def _blocked(arch_given: bool) -> str | None:
     """Why the wide kernel cannot be built here, or None."""
-    from fi_patches.compat.evaluate import status_of
-    from fi_patches.features import feature
+    from fi_patches.compat.features import feature, status_of
 
     record = status_of("wide_tile")
     if record.enabled:
@@ -362,8 +361,8 @@ def _progress(total: int) -> Any:
 
 
 def run_precompile(args: argparse.Namespace) -> int:
-    from fi_patches.pins.default import as_table, default_pins
-    from fi_patches.pins.errors import PinTableError
+    from fi_patches.pins.reading import PinTableError
+    from fi_patches.pins.table import as_table, default_pins
 
     try:
         table = as_table(args.pins) if args.pins else default_pins()

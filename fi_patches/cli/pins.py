@@ -91,7 +91,7 @@ def _bucket_of() -> Any:
 def _file_form_drift() -> str:
     """Where the installed FlashInfer's cache writers no longer write what fi_patches reads
     (the boundary's file-form probes fail), that clause; else ''."""
-    from fi_patches.compat.evaluate import flashinfer_unusable
+    from fi_patches.compat.features import flashinfer_unusable
     from fi_patches.internals import tuner as fi_tuner
 
     if flashinfer_unusable() is not None:
@@ -103,7 +103,7 @@ def _file_form_drift() -> str:
 
 def _flashinfer_missing() -> str:
     """Why FlashInfer gives no bucket map here, as the end of a sentence."""
-    from fi_patches.compat.evaluate import flashinfer_unusable
+    from fi_patches.compat.features import flashinfer_unusable
 
     return flashinfer_unusable() or "FlashInfer here has no mm_mxfp8 tuning config"
 
@@ -113,10 +113,9 @@ def run_record(args: argparse.Namespace) -> int:
 
     from fi_patches._atomic import OutputError, check_output, overwrites_input, write_all
     from fi_patches._text import section_counts
-    from fi_patches.compat.evaluate import installed_flashinfer
+    from fi_patches.compat.features import installed_flashinfer
     from fi_patches.internals import tuner as fi_tuner
-    from fi_patches.pins.errors import PinTableError
-    from fi_patches.pins.reading import PIN_SUFFIXES
+    from fi_patches.pins.reading import PIN_SUFFIXES, PinTableError
     from fi_patches.tools.merge import bucket_label, merge, provenance, rule_counts, runner_order
     from fi_patches.tools.record import (
         TunerCacheError,
@@ -173,7 +172,7 @@ def run_record(args: argparse.Namespace) -> int:
         )
 
         def where(vote: Any) -> str:
-            from fi_patches.pins.tuner_pin import SECTION
+            from fi_patches.pins.keys import SECTION
             from fi_patches.tools.merge import from_entries
 
             key = next(iter(from_entries([vote.tuned], bucket_of).found))
@@ -241,7 +240,7 @@ def run_record(args: argparse.Namespace) -> int:
 def _sources(inputs: list[str], device: str | None) -> tuple[list[Any], dict[str, str]]:
     """The caches ``inputs`` stand for (a vLLM or SGLang directory: its files of the installed
     FlashInfer and ``device``)."""
-    from fi_patches.compat.evaluate import installed_flashinfer
+    from fi_patches.compat.features import installed_flashinfer
     from fi_patches.tools.server_caches import expand
 
     return expand(inputs, installed_flashinfer().version_text, device)
@@ -257,7 +256,7 @@ def _source_text(inputs: list[str], sources: list[Any], described: dict[str, str
 
 
 def run_diff(args: argparse.Namespace) -> int:
-    from fi_patches.pins.errors import PinTableError
+    from fi_patches.pins.reading import PinTableError
     from fi_patches.tools.merge import (
         NeedsBuckets,
         bucket_label,
@@ -305,7 +304,7 @@ def _diff_device(requested: str | None) -> str | None:
 
 
 def run_check(args: argparse.Namespace) -> int:
-    from fi_patches.pins.errors import PinTableError
+    from fi_patches.pins.reading import PinTableError
     from fi_patches.pins.table import PinTable
     from fi_patches.tools.check import INVALID, OK, UNCHECKED, check_entries, check_meta
 

@@ -10,16 +10,16 @@ from typing import TYPE_CHECKING
 from fi_patches._lazy import lazy_exports
 
 _EXPORTS = {
-    "FeatureStatus": "fi_patches.compat.evaluate",
-    "refresh": "fi_patches.compat.evaluate",
-    "status_of": "fi_patches.compat.evaluate",
+    "FeatureStatus": "fi_patches.compat.features",
+    "refresh": "fi_patches.compat.features",
+    "status_of": "fi_patches.compat.features",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
-    from fi_patches.compat.evaluate import FeatureStatus as FeatureStatus
-    from fi_patches.compat.evaluate import refresh as refresh
-    from fi_patches.compat.evaluate import status_of as status_of
+    from fi_patches.compat.features import FeatureStatus as FeatureStatus
+    from fi_patches.compat.features import refresh as refresh
+    from fi_patches.compat.features import status_of as status_of
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -1,9 +1,9 @@
 """The boundary: every internal fi_patches uses from another package, declared once with the
 probe that guards it and the features that need it (``tuner.py``: FlashInfer's tuner contract
-and its caches' file forms, which pinning and recording any op need; ``flashinfer.py``: the
-MXFP8 internals; ``cute_dsl.py``: the CuTe DSL's, which the wide kernel and its FlashInfer base
-class use; ``tune_group.py``; ``vllm.py``; ``sglang.py``), and what FlashInfer's sources say
-(``catalog.py``: its runner classes and the op names it tunes). No other
+and its caches' file forms, which pinning and recording any op need, and its tune group, which
+the rank guard hooks; ``flashinfer.py``: the MXFP8 internals; ``cute_dsl.py``: the CuTe DSL's,
+which the wide kernel and its FlashInfer base class use; ``vllm.py``; ``sglang.py``), and what
+FlashInfer's sources say (``catalog.py``: its runner classes and the op names it tunes). No other
 module of fi_patches imports FlashInfer or names one of its private members, and only the DSL
 kernel module imports the DSL; ``tests/test_boundary.py`` checks that, and the drift suite
 (``tests/drift/``) breaks each declared internal in turn.
@@ -291,8 +291,8 @@ VLLM_PLUGIN, VLLM_ROUTE = "vllm_plugin", "vllm_route"
 SGLANG_PLUGIN = "sglang_plugin"
 
 # the packages patched besides FlashInfer and where their features run (declared here, so that
-# declaring every feature, :mod:`fi_patches.features`, loads none of their internals: a process
-# that evaluates only the pinning features never imports ``vllm.py``, ``sglang.py`` or
+# declaring every feature, :mod:`fi_patches.compat.features`, loads none of their internals: a
+# process that evaluates only the pinning features never imports ``vllm.py``, ``sglang.py`` or
 # ``cute_dsl.py``; each of those modules re-exports its own) ----------
 
 CUTE_DSL_DISTRIBUTION = "nvidia-cutlass-dsl"
@@ -341,7 +341,6 @@ DECLARING: tuple[tuple[str, tuple[str, ...] | None], ...] = (
     ("tuner", None),
     ("flashinfer", None),
     ("cute_dsl", (PINNED_TACTICS, PINNED_CUTE_DSL, WIDE_TILE)),
-    ("tune_group", None),
     ("vllm", (VLLM_PLUGIN, VLLM_ROUTE)),
     ("sglang", (SGLANG_PLUGIN,)),
 )

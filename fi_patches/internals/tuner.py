@@ -11,16 +11,28 @@ FlashInfer's own writers write must read back, through the file-form readers bel
 :mod:`fi_patches.tools.record` reads caches with), to the key and tactic written. That round
 trip writes two temporary caches, so it is verification (``verification=True``): a serving
 process on a release the compat matrix ran takes the matrix's verdict for it.
+
+The second part of this module (its tune group) is every FlashInfer and torch.distributed
+internal the rank guard (``fi_patches.ranks``) uses, in the boundary's form: each declared with
+its signature, and the accessors and call-shape readers the guard calls. None of them gates a
+feature but the profile-inputs builder, which the tuner's contract declares (preseed needs it):
+the guard checks them itself (see ``fi_patches.ranks``) and reports what is missing. FlashInfer
+0.7.4 defines its tuner in ``flashinfer.autotuner.autotuner`` and re-exports the public names
+from ``flashinfer.autotuner``; the guard patches the setter where it is defined and where it is
+re-exported, since callers import it from either place at call time.
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import logging
 import tempfile
-from collections.abc import Iterable, Iterator, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from fi_patches.internals import (
@@ -31,7 +43,9 @@ from fi_patches.internals import (
     METHOD,
     PINNED_OPS,
     PRESEED,
+    Declared,
     Internal,
+    OneOf,
 )
 
 AUTOTUNER = "flashinfer.autotuner"
@@ -377,7 +391,7 @@ AUTOTUNE_V2 = Internal(
 )
 """FlashInfer's managed-store tuning context (0.7.0+), where present."""
 
-INTERNALS = (
+CONTRACT = (
     TUNABLE_RUNNER,
     RUNNER_VALID_TACTICS,
     RUNNER_KEY_EXTRAS,
@@ -398,7 +412,8 @@ INTERNALS = (
     TUNER_LOG,
     AUTOTUNE_V2,
 )
-"""FlashInfer's tuner contract, in the order ``doctor --json`` lists its probes."""
+"""FlashInfer's tuner contract, in the order ``doctor --json`` lists its probes (the tune group's
+follow, :data:`INTERNALS`)."""
 
 
 # accessors ------------------------------------------------------------------------------------
@@ -496,3 +511,192 @@ def v2_metadata(manifest: object) -> dict[str, Any] | None:
         return None
     found = manifest.get("metadata", manifest)
     return dict(found) if isinstance(found, dict) else None
+
+
+# the tune group (the rank guard's) ---------------------------------------------------------------
+
+TUNER_MODULES = ("flashinfer.autotuner.autotuner", "flashinfer.autotuner")
+"""Where the tuner's private tune-group gates may be defined, newest layout first."""
+
+SET_GROUP = "set_autotune_process_group"
+SET_GROUP_PARAMS = ("group",)
+GET_GROUP = "get_autotune_process_group"
+
+OPERATION_GATE = "_check_tuning_group_phase"
+"""Called at the start of ``choose_one`` under a tune group with phase ``"operation"`` and
+selection ``("choose_one", custom_op, [runner class names], ...)``."""
+OPERATION_GATE_PARAMS = ("phase", "selection", "error")
+OPERATION_PHASE = "operation"
+
+CANDIDATE_GATE = "_sync_oom_across_tune_group"
+"""Called once per (profile, runner) with phase ``("candidates", custom_op, step, runner
+index)`` and the candidate list the ranks are about to profile, before an all-reduce."""
+CANDIDATE_GATE_PARAMS = ("local_oom", "phase", "selection", "error")
+CANDIDATES_PHASE = "candidates"
+
+PREPARE_INPUTS_NAME = "AutoTuner._prepare_input_tensors"
+"""Builds the profiling inputs of one optimization profile (the bucket) just before the
+candidates of that profile are listed."""
+OPT_SHAPES = "get_opt_shapes"
+"""``OptimizationProfile.get_opt_shapes()``: the shapes a profile (one bucket) tunes at."""
+
+TACTIC_TO_JSON = "_tactic_to_json"
+"""FlashInfer's canonical JSON form of a tactic, the one its own tune-group gates hash."""
+
+C10D = "torch.distributed.distributed_c10d"
+GROUP_STORE = "_get_process_group_store"
+"""The key-value store a process group was created with (every backend has one)."""
+GROUP_STORE_PARAMS = ("pg",)
+
+
+def _gate(key: str, name: str, params: tuple[str, ...], kind: str = CALLABLE) -> OneOf:
+    return OneOf(key, tuple(Internal(key, kind, m, name, params=params) for m in TUNER_MODULES))
+
+
+SET_TUNE_GROUP = Internal(
+    "set_autotune_process_group", CALLABLE, AUTOTUNER, SET_GROUP, params=SET_GROUP_PARAMS
+)
+GET_TUNE_GROUP = Internal("get_autotune_process_group", CALLABLE, AUTOTUNER, GET_GROUP)
+OPERATION_GATE_FN = _gate("tune_group_operation_gate", OPERATION_GATE, OPERATION_GATE_PARAMS)
+CANDIDATE_GATE_FN = _gate("tune_group_candidate_gate", CANDIDATE_GATE, CANDIDATE_GATE_PARAMS)
+PREPARE_INPUTS_FN = PREPARE_INPUTS
+"""Declared with the tuner's contract (above), where it also gates preseed."""
+TACTIC_TO_JSON_FN = _gate("tactic_to_json", TACTIC_TO_JSON, ())
+GROUP_STORE_FN = Internal(
+    "process_group_store", CALLABLE, C10D, GROUP_STORE, params=GROUP_STORE_PARAMS
+)
+
+GUARD_PROBES: tuple[Declared, ...] = (SET_TUNE_GROUP, GET_TUNE_GROUP)
+"""What the automatic guard needs from FlashInfer."""
+
+DETECTOR_PROBES: tuple[Declared, ...] = (
+    *GUARD_PROBES,
+    OPERATION_GATE_FN,
+    CANDIDATE_GATE_FN,
+    PREPARE_INPUTS_FN,
+    TACTIC_TO_JSON_FN,
+)
+"""What the tuning divergence detector needs from FlashInfer's tuner."""
+
+STORE_PROBES: tuple[Declared, ...] = (GROUP_STORE_FN,)
+"""What the fingerprint exchange needs from torch.distributed."""
+
+TUNE_GROUP_INTERNALS: tuple[Declared, ...] = (
+    *(p for p in DETECTOR_PROBES if p is not PREPARE_INPUTS_FN),
+    GROUP_STORE_FN,
+)
+"""Every internal the rank guard uses that this module declares (the profile-inputs builder is
+the tuner contract's)."""
+
+
+def first_failure(probes: tuple[Declared, ...]) -> str | None:
+    """The reason of the first probe that fails, or None when all hold."""
+    for probe in probes:
+        reason = probe.probe()
+        if reason is not None:
+            return reason
+    return None
+
+
+def autotuner() -> ModuleType:
+    return importlib.import_module(AUTOTUNER)
+
+
+def tuner_module() -> ModuleType:
+    """The module defining the tuner's tune-group gates."""
+    for name in TUNER_MODULES:
+        module = importlib.import_module(name)
+        if callable(getattr(module, CANDIDATE_GATE, None)):
+            return module
+    raise AttributeError(f"none of {', '.join(TUNER_MODULES)} defines {CANDIDATE_GATE}")
+
+
+def setter_owners() -> list[ModuleType]:
+    """The modules whose ``set_autotune_process_group`` attribute is FlashInfer's setter: where
+    it is re-exported and where it is defined (one module on layouts without a package)."""
+    package = autotuner()
+    setter = getattr(package, SET_GROUP)
+    owners = [package]
+    defining = importlib.import_module(getattr(setter, "__module__", AUTOTUNER))
+    if defining is not package and vars(defining).get(SET_GROUP) is setter:
+        owners.append(defining)
+    return owners
+
+
+def tune_group() -> Any:
+    """The process group FlashInfer's tuner synchronizes over now, or None."""
+    getter: Callable[[], Any] = getattr(autotuner(), GET_GROUP)
+    return getter()
+
+
+def tuner_class() -> type:
+    """FlashInfer's ``AutoTuner``, the owner of ``_prepare_input_tensors``."""
+    owner, _ = PREPARE_INPUTS_NAME.split(".")
+    tuner: type = getattr(tuner_module(), owner)
+    return tuner
+
+
+def tactic_json(tactic: Any) -> Any:
+    """``tactic`` in FlashInfer's canonical JSON form."""
+    return getattr(tuner_module(), TACTIC_TO_JSON)(tactic)
+
+
+def group_store(group: Any) -> Any:
+    """The ``torch.distributed.Store`` that ``group`` was created with."""
+    getter = getattr(importlib.import_module(C10D), GROUP_STORE)
+    return getter(group)
+
+
+@dataclass(frozen=True)
+class CandidateGateCall:
+    """One call of the candidate gate: ``phase`` is ``("candidates", op, step, runner index)``,
+    ``selection`` the list about to be profiled; ``failed`` when this rank could not prepare
+    the runner (FlashInfer then coordinates the fallback itself)."""
+
+    op: str
+    step: int
+    runner_index: int
+    selection: Sequence[Any]
+    failed: bool
+
+
+def _bound(
+    params: tuple[str, ...], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    bound = dict(zip(params, args, strict=False))  # the leading positional arguments
+    bound.update(kwargs)
+    return bound
+
+
+def candidate_gate_call(args: tuple[Any, ...], kwargs: dict[str, Any]) -> CandidateGateCall | None:
+    """The candidate gate's arguments, or None for the gate's other phases."""
+    bound = _bound(CANDIDATE_GATE_PARAMS, args, kwargs)
+    phase = bound.get("phase")
+    if not (isinstance(phase, tuple) and len(phase) == 4 and phase[0] == CANDIDATES_PHASE):
+        return None
+    failed = bool(bound.get("local_oom")) or bool(bound.get("error"))
+    return CandidateGateCall(
+        str(phase[1]), int(phase[2]), int(phase[3]), bound.get("selection", ()), failed
+    )
+
+
+def operation_gate_call(
+    args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> tuple[str, list[str]] | None:
+    """``(op, runner class names)`` of an ``"operation"`` gate call, whose selection is
+    ``("choose_one", op, [runner class names], ...)``; None for other phases."""
+    bound = _bound(OPERATION_GATE_PARAMS, args, kwargs)
+    if bound.get("phase") != OPERATION_PHASE:
+        return None
+    selection = bound.get("selection", ())
+    return str(selection[1]), [str(name) for name in selection[2]]
+
+
+def profile_shapes(profile: Any) -> str:
+    """The shapes an optimization profile tunes at, as text (the bucket, in a message)."""
+    shapes = getattr(profile, OPT_SHAPES)()
+    return str(tuple(tuple(int(d) for d in shape) for shape in shapes))
+
+
+INTERNALS: tuple[Declared, ...] = (*CONTRACT, *TUNE_GROUP_INTERNALS)
+"""Every internal this module declares: the tuner's contract, then the tune group's."""

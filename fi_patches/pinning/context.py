@@ -9,8 +9,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 
 from fi_patches._logging import get_logger, log_once
-from fi_patches.compat.evaluate import status_of
-from fi_patches.features import PRESEED
+from fi_patches.compat.features import PRESEED, status_of
 from fi_patches.pinning.validate import applicable
 from fi_patches.pins.table import PinTable
 
@@ -68,9 +67,9 @@ def pinned_tactics(
 def _arm_rank_guard(held: ExitStack) -> None:
     """Guard ``set_autotune_process_group`` while the block is open, pins or not: a rank whose
     block pins nothing (a feature off here) must still meet the other ranks' guard."""
-    from fi_patches.ranks import automatic
+    from fi_patches import ranks
 
-    hold = automatic.arm()
+    hold = ranks.arm()
     if hold is not None:
         held.callback(hold.release)
 

@@ -21,13 +21,11 @@ from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from fi_patches._limits import WIDE_OP, WIDE_RUNNER
 from fi_patches.internals import flashinfer as fi
-from fi_patches.pins.default import REFRESHED
-from fi_patches.pins.keys import ShapePattern, as_tactic
-from fi_patches.pins.table import covering
-from fi_patches.pins.tuner_pin import SECTION as PIN_SECTION
-from fi_patches.pins.tuner_pin import TunerPin
+from fi_patches.pins.keys import SECTION as PIN_SECTION
+from fi_patches.pins.keys import ShapePattern, TunerPin, as_tactic
+from fi_patches.pins.schema import WIDE_OP, WIDE_RUNNER
+from fi_patches.pins.table import REFRESHED, covering
 
 Problem = tuple[int, int, int]
 """``(n, k, rows)``: the weight's output features, its input features, the activation rows."""
@@ -149,7 +147,7 @@ SPECIALIZATIONS: tuple[Specialization, ...] = (LOW_LATENCY, CUTE_DSL, WIDE)
 
 def runner_names(table: Any) -> tuple[str, ...]:
     """The runner classes whose ``get_valid_tactics`` pinning ``table`` wraps."""
-    from fi_patches.pins.tuner_pin import SECTION
+    from fi_patches.pins.keys import SECTION
 
     names: dict[str, None] = {}
     for entry in table.entries(SECTION):

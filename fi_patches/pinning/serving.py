@@ -37,8 +37,8 @@ from fi_patches._logging import get_logger, log_once
 from fi_patches.internals import tuner as fi_tuner
 from fi_patches.patching import stock_method
 from fi_patches.pinning.index import PinIndex, key_hits, section_hit
-from fi_patches.pins.default import REFRESHED, WeakCache
 from fi_patches.pins.keys import as_tactic, extras_text
+from fi_patches.pins.table import REFRESHED, WeakCache
 
 logger = get_logger(__name__)
 

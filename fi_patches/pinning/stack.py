@@ -30,17 +30,18 @@ from fi_patches import _env
 from fi_patches._logging import get_logger, log_once
 from fi_patches.compat.target import current_device
 from fi_patches.pinning.index import NARROW, Memo, PinIndex, Probe, combine, merge
-from fi_patches.pins.default import (
+from fi_patches.pins.reading import PinTableError
+from fi_patches.pins.table import (
     GENERATION,
     REFRESHED,
     Cache,
+    PinTable,
     as_table,
     bump,
     default_pins,
+    lookup_wide,
     registered_pins,
 )
-from fi_patches.pins.errors import PinTableError
-from fi_patches.pins.table import PinTable, lookup_wide
 
 logger = get_logger(__name__)
 

@@ -34,8 +34,8 @@ from fi_patches.internals import tuner as fi_tuner
 from fi_patches.pinning import stack
 from fi_patches.pinning.index import PRESEED, SPECIALIZATIONS, key_hits
 from fi_patches.pinning.serving import CALL, Listing, serving_pin, stock_tactics
-from fi_patches.pins.default import REFRESHED
 from fi_patches.pins.keys import as_tactic
+from fi_patches.pins.table import REFRESHED
 
 logger = get_logger(__name__)
 

@@ -13,22 +13,22 @@ from fi_patches._lazy import lazy_exports
 _EXPORTS = {
     "LowLatencyPin": "fi_patches.pins.schema",
     "PinMeta": "fi_patches.pins.schema",
-    "PinProblem": "fi_patches.pins.errors",
+    "PinProblem": "fi_patches.pins.reading",
     "PinTable": "fi_patches.pins.table",
-    "PinTableError": "fi_patches.pins.errors",
-    "default_pins": "fi_patches.pins.default",
-    "register_pins": "fi_patches.pins.default",
+    "PinTableError": "fi_patches.pins.reading",
+    "default_pins": "fi_patches.pins.table",
+    "register_pins": "fi_patches.pins.table",
 }
 
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
-    from fi_patches.pins.default import default_pins as default_pins
-    from fi_patches.pins.default import register_pins as register_pins
-    from fi_patches.pins.errors import PinProblem as PinProblem
-    from fi_patches.pins.errors import PinTableError as PinTableError
+    from fi_patches.pins.reading import PinProblem as PinProblem
+    from fi_patches.pins.reading import PinTableError as PinTableError
     from fi_patches.pins.schema import LowLatencyPin as LowLatencyPin
     from fi_patches.pins.schema import PinMeta as PinMeta
     from fi_patches.pins.table import PinTable as PinTable
+    from fi_patches.pins.table import default_pins as default_pins
+    from fi_patches.pins.table import register_pins as register_pins
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -11,7 +11,12 @@ given twice are problems, not stray exceptions.
 An explicit null (JSON ``null``) is a wrong value, never "absent": only a field left out takes
 its default. An unknown field is reported once, with the closest known name when there is one;
 when that name is a required field left out, its "is required" problem is folded into the
-unknown field's ("``max_row = 8``: is not a known field; did you mean max_rows?")."""
+unknown field's ("``max_row = 8``: is not a known field; did you mean max_rows?").
+
+Every problem names the file, the entry and the field with its value (:class:`PinProblem`), and
+:class:`PinTableError` lists them all. Values come from untrusted files, so they are shown
+through :mod:`fi_patches._text`: as the file spells them, bounded in length and depth, and never
+formatting an integer past Python's int-to-str digit limit."""
 
 from __future__ import annotations
 
@@ -21,11 +26,11 @@ import os
 import stat
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from fi_patches._text import error_text, safe_repr
-from fi_patches.pins.errors import LEFT_OUT, PinProblem, PinTableError
+from fi_patches._text import cut, error_text, safe_name, safe_repr, value_text
 
 if sys.version_info >= (3, 11):
     import tomllib as toml
@@ -33,6 +38,69 @@ else:
     import tomli as toml
 """The TOML reader: the standard library's ``tomllib`` on Python 3.11+, its backport ``tomli``
 (a dependency on 3.10 only) before that. Every module that parses TOML takes it from here."""
+
+MAX_SHOWN_PROBLEMS = 50
+"""A :class:`PinTableError`'s message lists at most this many problems (``problems`` has all)."""
+
+MAX_MESSAGE = 400
+"""Characters of one problem's message shown (a message may quote a parser's or FlashInfer's)."""
+
+
+class _LeftOut:
+    """The value of a field the file leaves out (its problem names the field alone)."""
+
+    def __repr__(self) -> str:
+        return "LEFT_OUT"
+
+
+LEFT_OUT = _LeftOut()
+
+
+@dataclass(frozen=True)
+class PinProblem:
+    """One thing wrong with a pin table."""
+
+    source: str
+    where: str
+    field: str | None
+    value: object
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.source}: {self.where}: {self.detail()}"
+
+    def detail(self) -> str:
+        """The field, its value as the file spells it, and what is wrong with it."""
+        message = cut(self.message, MAX_MESSAGE)
+        if self.field is None:
+            return message
+        if self.value is LEFT_OUT:
+            return f"{safe_name(self.field)}: {message}"
+        return f"{safe_name(self.field)} = {value_text(self.value)}: {message}"
+
+
+class PinTableError(ValueError):
+    """A pin table that cannot be applied; ``problems`` lists everything wrong with it."""
+
+    def __init__(self, problems: list[PinProblem]) -> None:
+        self.problems = list(problems)
+        lines = [str(p) for p in self.problems[:MAX_SHOWN_PROBLEMS]]
+        if len(self.problems) > MAX_SHOWN_PROBLEMS:
+            lines.append(f"... and {len(self.problems) - MAX_SHOWN_PROBLEMS} more")
+        head = (
+            "invalid pin table"
+            if len(self.problems) == 1
+            else f"invalid pin table ({len(self.problems)} problems)"
+        )
+        super().__init__(head + ":\n  " + "\n  ".join(lines))
+
+    def one_line(self) -> str:
+        """Every problem on one line, for a log record."""
+        shown = [str(p) for p in self.problems[:MAX_SHOWN_PROBLEMS]]
+        if len(self.problems) > MAX_SHOWN_PROBLEMS:
+            shown.append(f"... and {len(self.problems) - MAX_SHOWN_PROBLEMS} more")
+        return "; ".join(shown)
+
 
 T = TypeVar("T")
 

@@ -23,6 +23,10 @@ entries per section                      1,024 (``[[pin]]``: 16,384)
 =======================================  =============================================
 
 A pin file is at most 16 MiB (``files.MAX_FILE_BYTES``), refused before it is parsed.
+
+The row and tile limits of the low-latency MXFP8 GEMM and the wide tile, and the names
+FlashInfer's tuner knows the wide runner by, are declared here once each: the sections' bounds,
+which the engine, the features and the tools read as the same number.
 """
 
 from __future__ import annotations
@@ -35,13 +39,30 @@ from typing import Any, ClassVar
 
 from packaging.specifiers import SpecifierSet
 
-from fi_patches._limits import LOW_LATENCY_MAX_ROWS, WIDE_MAX_TILE
 from fi_patches.compat.target import normalize_arch, parse_specifier, unknown_arch
-from fi_patches.pins.errors import PinProblem
-from fi_patches.pins.keys import tactic_json
-from fi_patches.pins.reading import FieldReader
-from fi_patches.pins.tuner_pin import SECTION as PIN_SECTION
-from fi_patches.pins.tuner_pin import check_pins, parse_pin
+from fi_patches.pins.keys import SECTION as PIN_SECTION
+from fi_patches.pins.keys import check_pins, parse_pin, tactic_json
+from fi_patches.pins.reading import FieldReader, PinProblem
+
+# the low-latency GEMM's and the wide tile's limits ----------
+
+LOW_LATENCY_MAX_ROWS = 8
+"""FlashInfer's low-latency runner serves at most 8 activation rows."""
+
+WIDE_MAX_ROWS = 48
+"""Most rows the wide tile serves by default (tiles 16, 32, 48)."""
+
+WIDE_MAX_TILE = 128
+"""Widest activation tile of the low-latency kernel's body: the SFB TMEM column count assumes
+one 128-row scale atom per tile (see ``wide.budget``)."""
+
+WIDE_RUNNER = "WideLowLatencyGemmRunner"
+"""The wide runner's class name, as FlashInfer's tuner keys its cache entries."""
+
+WIDE_OP = "fi_patches_wide_mxfp8_gemm"
+"""The custom op FlashInfer's tuner tunes the wide runner under."""
+
+# the bounds of every field ----------
 
 SCHEMA_VERSION = 1
 N_MAX = 1 << 20
@@ -402,7 +423,7 @@ def check_row_overlaps(
 @dataclass(frozen=True)
 class Section:
     """One array of pins: its name in the file and its parser (the feature that applies it
-    names it in ``fi_patches.features``)."""
+    names it in ``fi_patches.compat.features``)."""
 
     name: str
     parse: Callable[[FieldReader, int], Any]

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
-from fi_patches.internals import tune_group
+from fi_patches.internals import tuner as fi_tuner
 
 ROOT = "fi_patches"
 _OK = b"ok"
@@ -60,7 +60,7 @@ class GroupView:
 
 @functools.cache
 def _store_unavailable() -> str | None:
-    return tune_group.first_failure(tune_group.STORE_PROBES)
+    return fi_tuner.first_failure(fi_tuner.STORE_PROBES)
 
 
 def group_view(group: Any = None) -> GroupView:
@@ -87,7 +87,7 @@ def group_view(group: Any = None) -> GroupView:
         name = "default"
     else:
         name = str(getattr(pg, "group_name", "") or ",".join(map(str, ranks)))
-    return GroupView(tune_group.group_store(pg), rank, dist.get_world_size(pg), ranks, name)
+    return GroupView(fi_tuner.group_store(pg), rank, dist.get_world_size(pg), ranks, name)
 
 
 _counters: dict[tuple[str, str, int], int] = {}

@@ -76,7 +76,7 @@ class RankMismatchError(RuntimeError):
 
 class TacticDivergenceError(RankMismatchError):
     """The ranks of a tune group were about to profile different candidate lists (the tuning
-    divergence detector's, :mod:`fi_patches.ranks.automatic`)."""
+    divergence detector's, :mod:`fi_patches.ranks`)."""
 
     def __init__(
         self, message: str, op: str, runner: str, bucket: str, lists: dict[int, Any]
@@ -297,8 +297,8 @@ def _tables_fields(prefix: str, tables: Sequence[PinTable]) -> tuple[Fields, Fie
 
 
 def _default_fields() -> tuple[Fields, Fields]:
-    from fi_patches.pins.default import ENV, default_pins
-    from fi_patches.pins.errors import PinTableError
+    from fi_patches.pins.reading import PinTableError
+    from fi_patches.pins.table import ENV, default_pins
 
     try:
         table = default_pins()
@@ -328,7 +328,7 @@ def local_fingerprint() -> Fingerprint:
     from fi_patches import startup as _state
     from fi_patches._env import settings as fi_patches_settings
     from fi_patches._version import VERSION
-    from fi_patches.compat.evaluate import installed_flashinfer
+    from fi_patches.compat.features import installed_flashinfer
     from fi_patches.compat.target import current_device
     from fi_patches.overview import status
     from fi_patches.pinning import stack

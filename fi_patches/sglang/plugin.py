@@ -35,7 +35,7 @@ def _activate() -> tuple[int, str]:
     settings = _env.sglang_settings()
     if not settings.active:
         return logging.DEBUG, f"off ({settings.why})"
-    from fi_patches.features import SGLANG_PLUGIN
+    from fi_patches.compat.features import SGLANG_PLUGIN
 
     level, text, _ = activate_pins(
         SGLANG_PLUGIN, upstream.SGLANG, plugin_self_check, "SGLang", settings.why

@@ -23,10 +23,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from fi_patches._text import error_text, value_text
-from fi_patches.pins.keys import as_tactic, extras_text, tactic_text
+from fi_patches.pins.keys import TunerPin, as_tactic, extras_text, tactic_text
 from fi_patches.pins.schema import SECTIONS
 from fi_patches.pins.table import PinTable
-from fi_patches.pins.tuner_pin import TunerPin
 
 OK, INVALID, UNCHECKED = "OK", "invalid", "unchecked"
 
@@ -61,7 +60,7 @@ def check_meta(table: PinTable) -> tuple[str, str]:
     invalid when it was chosen on another device, unchecked when this machine's device cannot
     be known (no CUDA device and no ``FI_PATCHES_DEVICE``): a table is not wrong for a device
     nobody named."""
-    from fi_patches.compat.evaluate import installed_flashinfer
+    from fi_patches.compat.features import installed_flashinfer
     from fi_patches.compat.target import current_device
 
     device = current_device()
@@ -77,8 +76,7 @@ def check_meta(table: PinTable) -> tuple[str, str]:
 def check_entries(table: PinTable) -> tuple[str | None, list[EntryCheck]]:
     """The meta problem (or None: see :func:`check_meta` for an unchecked meta) and a verdict
     per entry."""
-    from fi_patches.compat.evaluate import status_of
-    from fi_patches.features import feature_of_section
+    from fi_patches.compat.features import feature_of_section, status_of
     from fi_patches.pinning.validate import checked_sections, checker_of
 
     runners = Runners()
@@ -130,8 +128,8 @@ def _membership(table: PinTable, entry: Any, runners: Any) -> tuple[str, str, bo
     """``(state, reason, applies)`` of a ``[[pin]]`` whose runner and op are FlashInfer's: OK or
     invalid where a runner of its class can list its keys' tactics here, else unchecked (it
     applies, and the tuner checks it when it first lists the key) with why not."""
-    from fi_patches.pins.errors import PinProblem
-    from fi_patches.pins.tuner_pin import SECTION
+    from fi_patches.pins.keys import SECTION
+    from fi_patches.pins.reading import PinProblem
 
     verdict = check(entry, runners)
     if verdict.member is None:
@@ -171,7 +169,7 @@ class OpPins:
 
 def pins_per_op(table: PinTable) -> list[OpPins]:
     """Per op of ``table``'s ``[[pin]]`` entries, in op order, how many apply here."""
-    from fi_patches.pins.tuner_pin import SECTION
+    from fi_patches.pins.keys import SECTION
 
     if not table.entries(SECTION):
         return []

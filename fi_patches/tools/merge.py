@@ -41,12 +41,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fi_patches._limits import LOW_LATENCY_MAX_ROWS
 from fi_patches.internals import flashinfer as fi
-from fi_patches.pins.keys import Profile, TunerKey, as_tactic, bucket_rows, tactic_text
+from fi_patches.pins.keys import SECTION as PIN
+from fi_patches.pins.keys import (
+    Profile,
+    TunerKey,
+    TunerPin,
+    as_tactic,
+    bucket_rows,
+    runner_overlaps,
+    tactic_text,
+)
+from fi_patches.pins.schema import LOW_LATENCY_MAX_ROWS
 from fi_patches.pins.table import PinTable
-from fi_patches.pins.tuner_pin import SECTION as PIN
-from fi_patches.pins.tuner_pin import TunerPin, runner_overlaps
 from fi_patches.tools.record import (
     Apart,
     Decision,

@@ -23,10 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fi_patches._limits import LOW_LATENCY_MAX_ROWS
 from fi_patches.internals import tuner as fi_tuner
 from fi_patches.internals import vllm as vllm_layout
-from fi_patches.pins.errors import PinTableError
 from fi_patches.pins.keys import (
     ROWS,
     Profile,
@@ -38,7 +36,8 @@ from fi_patches.pins.keys import (
     parse_file_key,
     tactic_json,
 )
-from fi_patches.pins.reading import read_data_file
+from fi_patches.pins.reading import PinTableError, read_data_file
+from fi_patches.pins.schema import LOW_LATENCY_MAX_ROWS
 from fi_patches.pins.table import PinTable
 
 

@@ -30,7 +30,7 @@ def _activate() -> tuple[int, str]:
     settings = _env.vllm_settings()
     if not settings.active:
         return logging.DEBUG, f"off ({settings.why})"
-    from fi_patches.features import VLLM_PLUGIN
+    from fi_patches.compat.features import VLLM_PLUGIN
 
     level, text, active = activate_pins(
         VLLM_PLUGIN, upstream.VLLM, plugin_self_check, "vLLM", settings.why

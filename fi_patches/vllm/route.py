@@ -22,9 +22,8 @@ from typing import Any
 
 from fi_patches import startup
 from fi_patches._logging import get_logger, log_once
-from fi_patches.compat.evaluate import NO_DEVICE, check_dependency, status_of
+from fi_patches.compat.features import NO_DEVICE, VLLM_ROUTE, check_dependency, status_of
 from fi_patches.compat.target import Device
-from fi_patches.features import VLLM_ROUTE
 from fi_patches.internals import vllm as upstream
 from fi_patches.patching import AttributePatch, Gate, PatchSet
 

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from fi_patches._limits import WIDE_MAX_TILE
 from fi_patches._logging import get_logger, log_once
 from fi_patches.compat.target import normalize_arch, parse_arch, target_device
+from fi_patches.pins.schema import WIDE_MAX_TILE
 
 WIDTHS: dict[str, int] = {
     "Float4E2M1FN": 4,
@@ -171,7 +171,7 @@ MIN_TILE = 8
 """Narrowest activation tile: FlashInfer's stock tile."""
 
 MAX_TILE = WIDE_MAX_TILE
-"""Widest activation tile (:data:`fi_patches._limits.WIDE_MAX_TILE`)."""
+"""Widest activation tile (:data:`fi_patches.pins.schema.WIDE_MAX_TILE`)."""
 
 TILE_STEP = 8
 """The block-scaled MMA needs N to be a multiple of 8."""

@@ -29,8 +29,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from fi_patches._limits import LOW_LATENCY_MAX_ROWS, WIDE_OP, WIDE_RUNNER
 from fi_patches._logging import get_logger, log_once
+from fi_patches.pins.schema import LOW_LATENCY_MAX_ROWS, WIDE_OP, WIDE_RUNNER
 from fi_patches.wide.budget import SF_ATOM_COLS, SF_ATOM_ROWS, invalid_reason, resolve_arch
 from fi_patches.wide.kernel import POINTER_ALIGN, WideConfigError, WideKernel, compile_wide
 from fi_patches.wide.tactics import (

@@ -9,8 +9,8 @@ import logging
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from fi_patches._limits import WIDE_MAX_ROWS
 from fi_patches._logging import get_logger, log_once
+from fi_patches.pins.schema import WIDE_MAX_ROWS
 from fi_patches.wide.budget import (
     MAX_AB_STAGES,
     MAX_TILE,

@@ -18,7 +18,7 @@ def _low_latency() -> list[dict[str, Any]]:
 
 
 def _wide() -> list[dict[str, Any]]:
-    from fi_patches.self_checks import WIDE_CHECK_TILE
+    from fi_patches.pinning.validate import WIDE_CHECK_TILE
     from fi_patches.wide.tactics import wide_tactics
 
     # The kernel the wide_tile self-check compiles (its tile, the weight's first tactic), so

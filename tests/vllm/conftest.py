@@ -10,7 +10,7 @@ import pytest
 
 from fi_patches import refresh
 from fi_patches.pins import PinTable
-from fi_patches.pins.default import register_pins
+from fi_patches.pins.table import register_pins
 from tests import cutedsl
 from tests.conftest import require_feature
 from tests.vllm import layers
