@@ -51,3 +51,58 @@ def test_a_layer_loads_no_module_above_it(level: int) -> None:
     loaded = run.stdout.split()
     assert set(below) <= set(loaded)
     assert [m for m in loaded if _within(m, above)] == [], f"importing {LAYERS[level]}"
+
+
+@pytest.mark.release_independent
+def test_no_import_circle_in_the_package() -> None:
+    """No import circle runs through fi_patches, function-local imports included (grimp, which
+    ``lint-imports`` builds its graph with, reads every import statement): a function-local
+    import may defer torch, FlashInfer or cutlass, never hide a circle. The layers contract
+    alone cannot see one inside a layer, among siblings it lets import each other."""
+    grimp = pytest.importorskip("grimp", reason="grimp comes with import-linter (the dev extra)")
+    graph = grimp.build_graph("fi_patches", cache_dir=None)
+    imports = {m: set(graph.find_modules_directly_imported_by(m)) for m in graph.modules}
+    circles = [c for c in _strongly_connected(imports) if len(c) > 1]
+    assert circles == [], "import circles: " + "; ".join(" <-> ".join(sorted(c)) for c in circles)
+
+
+def _strongly_connected(edges: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of ``edges`` (Tarjan's algorithm, without recursion)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[set[str]] = []
+    for root in sorted(edges):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(edges[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges.get(child, ())))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.add(member)
+                    if member == node:
+                        break
+                found.append(component)
+    return found

@@ -290,10 +290,21 @@ ENGINE = (PINNED_OPS, PINNED_TACTICS, PINNED_CUTE_DSL, WIDE_TILE, PRESEED)
 VLLM_PLUGIN, VLLM_ROUTE = "vllm_plugin", "vllm_route"
 SGLANG_PLUGIN = "sglang_plugin"
 
-# the packages patched besides FlashInfer and where their features run (declared here, so that
+# the packages fi_patches patches and where their features run (declared here, so that
 # declaring every feature, :mod:`fi_patches.compat.features`, loads none of their internals: a
 # process that evaluates only the pinning features never imports ``vllm.py``, ``sglang.py`` or
 # ``cute_dsl.py``; each of those modules re-exports its own) ----------
+
+FLASHINFER = Dependency(
+    distribution="flashinfer-python",
+    module="flashinfer",
+    verified=SpecifierSet(">=0.7.0,<=0.7.4"),
+    label="FlashInfer",
+    releases=("0.7.0", "0.7.1", "0.7.2", "0.7.2.post1", "0.7.4"),
+)
+"""FlashInfer: the range every feature is enabled in (prerelease-aware: 0.7.5rc1 and
+0.7.4.post1 are not 0.7.4) and the releases the compat matrix ran with its features on (0.7.3
+and 0.7.0.post1, which no cell imports, are in the range but not verified)."""
 
 CUTE_DSL_DISTRIBUTION = "nvidia-cutlass-dsl"
 
@@ -362,8 +373,6 @@ def declared(modules: tuple[str, ...] | None = None) -> tuple[Declared, ...]:
 def absence(internal: Declared) -> str:
     """Why ``internal`` does not resolve here, as a clause: its package is not installed
     (``vLLM is not installed``), else the path that is not there in this release."""
-    from fi_patches.internals.flashinfer import FLASHINFER
-
     module = (internal.options[0] if isinstance(internal, OneOf) else internal).module
     top = module.partition(".")[0]
     for dependency in (FLASHINFER, CUTE_DSL, VLLM, SGLANG):

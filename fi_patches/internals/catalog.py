@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fi_patches._logging import get_logger
+from fi_patches.internals import FLASHINFER
 
 logger = get_logger(__name__)
 
@@ -280,8 +281,6 @@ def catalog_of(root: str | Path) -> Catalog:
 def catalog() -> Catalog | None:
     """The installed FlashInfer's catalog, or None where its sources cannot be found."""
     import importlib.util
-
-    from fi_patches.internals.flashinfer import FLASHINFER
 
     spec = importlib.util.find_spec(FLASHINFER.module)
     if spec is None or not spec.submodule_search_locations:

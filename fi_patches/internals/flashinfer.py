@@ -6,7 +6,8 @@ it and, where it can be exercised on any machine, a behavioural check; together 
 probe. The rest of fi_patches reaches FlashInfer only through the accessors below, so supporting
 a new release means reading this file against the release (see ``compat/README.md``).
 
-The verified range and releases are stated once, in :data:`FLASHINFER`; the version switch is
+The verified range and releases are stated once, in :data:`FLASHINFER` (declared with the other
+dependencies in :mod:`fi_patches.internals`, re-exported here); the version switch is
 the workspace helper :data:`WORKSPACE_HELPER`. FlashInfer's tuner contract, which the engine
 needs for every op, is declared in :mod:`fi_patches.internals.tuner`.
 """
@@ -16,7 +17,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
 from fi_patches.internals import (
@@ -24,6 +24,7 @@ from fi_patches.internals import (
     CALLABLE,
     CLASS,
     FACTORY,
+    FLASHINFER,
     METHOD,
     MODULE,
     PINNED_CUTE_DSL,
@@ -32,24 +33,12 @@ from fi_patches.internals import (
     PRESEED,
     WIDE_TILE,
     Declared,
-    Dependency,
     Internal,
     InternalError,
     OneOf,
 )
 
-__all__ = ["PINNED_CUTE_DSL", "PINNED_OPS", "PINNED_TACTICS", "PRESEED", "WIDE_TILE"]
-
-FLASHINFER = Dependency(
-    distribution="flashinfer-python",
-    module="flashinfer",
-    verified=SpecifierSet(">=0.7.0,<=0.7.4"),
-    label="FlashInfer",
-    releases=("0.7.0", "0.7.1", "0.7.2", "0.7.2.post1", "0.7.4"),
-)
-"""FlashInfer: the range every feature is enabled in (prerelease-aware: 0.7.5rc1 and
-0.7.4.post1 are not 0.7.4) and the releases the compat matrix ran with its features on (0.7.3
-and 0.7.0.post1, which no cell imports, are in the range but not verified)."""
+__all__ = ["FLASHINFER", "PINNED_CUTE_DSL", "PINNED_OPS", "PINNED_TACTICS", "PRESEED", "WIDE_TILE"]
 
 _TUNED = (PINNED_TACTICS, PINNED_CUTE_DSL)
 
