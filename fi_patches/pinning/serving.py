@@ -188,9 +188,6 @@ def serving_pin(
     return None
 
 
-logger = get_logger(__name__)
-
-
 @dataclass
 class Call:
     """One ``choose_one`` call being tuned."""
