@@ -7,7 +7,9 @@ a narrowing and a preseed block, and with another thread's block open (the tests
 ``tests/toy_op.py``, on FlashInfer's real tuner); entering and leaving a block of a
 1,000-entry lockfile; and the cost of ``import fi_patches``. Every row with a target prints
 its verdict (issue 30's targets for the lookup and ``get_valid_tactics``); the "floor" rows
-time the least any wrapper costs (one that only calls FlashInfer), for reference.
+time the least any wrapper costs (one that only calls FlashInfer), for reference, and the
+least a design that answers serving calls in ``choose_one`` alone would cost a thread without
+pins while another holds a block (one wrapper that reads its context, ``search_cache`` stock).
 
 Runs on CPU with the real FlashInfer (targets sm_103 offline through FI_PATCHES_DEVICE).
 Ratios are against stock FlashInfer measured in the same run, in this thread's CPU time, over
@@ -82,6 +84,7 @@ TARGET_LOOKUP = {
     "preseed block, pinned key": 1.00,
     "no pins in this thread, wrappers installed": 1.02,
     "floor: search_cache wrapper doing nothing": None,
+    "floor: choose_one wrapper reading the context": None,
     "stock, another thread waiting (reference)": None,
 }
 """Targets of the serving lookup, as ratios against stock in the same round (issue 30)."""
@@ -182,6 +185,42 @@ def lookup_rows(repeat: int, number: int, timed: Any) -> None:
             finally:
                 AutoTuner.search_cache = stock_search_cache
 
+        from fi_patches.pinning import stack
+
+        stock_choose_one = vars(AutoTuner)["choose_one"]
+        serving, context, plain = stack.SERVING, stack.CONTEXT, stack.PLAIN
+        here, in_force = stack.scope, stack.current_index
+
+        def context_choose_one(
+            self: Any, custom_op: Any, runners: Any, tuning_config: Any, inputs: Any, **kwargs: Any
+        ) -> Any:
+            if not self.is_tuning_mode and not kwargs:
+                index = serving[0]
+                if index is context:
+                    index = here().index if plain[0] else in_force()
+                if index is None:
+                    return stock_choose_one(self, custom_op, runners, tuning_config, inputs)
+            return stock_choose_one(self, custom_op, runners, tuning_config, inputs, **kwargs)
+
+        def context_floor() -> None:
+            # For reference: the least a design that answers serving calls in choose_one alone
+            # (search_cache left stock outside tuning) would cost a thread without pins while
+            # another holds a block: one wrapper that reads its context and calls FlashInfer.
+            # Installed only here, over the other thread's block's wrappers, and restored.
+            holder = threading.Thread(target=hold, args=(True,))
+            holder.start()
+            entered.wait()
+            saved = vars(AutoTuner)["choose_one"], vars(AutoTuner)["search_cache"]
+            AutoTuner.choose_one, AutoTuner.search_cache = context_choose_one, stock_search_cache
+            try:
+                keep("floor: choose_one wrapper reading the context", timed(pinned))
+            finally:
+                AutoTuner.choose_one, AutoTuner.search_cache = saved
+                leave.set()
+                holder.join()
+                entered.clear()
+                leave.clear()
+
         def process_wide() -> None:
             fi_patches.register_pins(table)
             fi_patches.enable()
@@ -223,6 +262,7 @@ def lookup_rows(repeat: int, number: int, timed: Any) -> None:
         steps = [
             stock,
             floor_row,
+            context_floor,
             process_wide,
             narrowing,
             preseed,
