@@ -109,6 +109,7 @@ def lookup_rows(repeat: int, number: int, timed: Any) -> None:
     from flashinfer.autotuner import AutoTuner
 
     import fi_patches
+    from fi_patches.pinning import stack
     from tests import toy_op
 
     monkeypatch = pytest.MonkeyPatch()
@@ -185,8 +186,6 @@ def lookup_rows(repeat: int, number: int, timed: Any) -> None:
             finally:
                 AutoTuner.search_cache = stock_search_cache
 
-        from fi_patches.pinning import stack
-
         stock_choose_one = vars(AutoTuner)["choose_one"]
         serving, context, plain = stack.SERVING, stack.CONTEXT, stack.PLAIN
         here, in_force = stack.scope, stack.current_index
@@ -194,6 +193,9 @@ def lookup_rows(repeat: int, number: int, timed: Any) -> None:
         def context_choose_one(
             self: Any, custom_op: Any, runners: Any, tuning_config: Any, inputs: Any, **kwargs: Any
         ) -> Any:
+            # For reference: the least a design that answers serving calls in choose_one alone
+            # (search_cache left stock outside tuning) would cost a thread without pins while
+            # another holds a block: one wrapper that reads its context and calls FlashInfer.
             if not self.is_tuning_mode and not kwargs:
                 index = serving[0]
                 if index is context:
@@ -201,25 +203,6 @@ def lookup_rows(repeat: int, number: int, timed: Any) -> None:
                 if index is None:
                     return stock_choose_one(self, custom_op, runners, tuning_config, inputs)
             return stock_choose_one(self, custom_op, runners, tuning_config, inputs, **kwargs)
-
-        def context_floor() -> None:
-            # For reference: the least a design that answers serving calls in choose_one alone
-            # (search_cache left stock outside tuning) would cost a thread without pins while
-            # another holds a block: one wrapper that reads its context and calls FlashInfer.
-            # Installed only here, over the other thread's block's wrappers, and restored.
-            holder = threading.Thread(target=hold, args=(True,))
-            holder.start()
-            entered.wait()
-            saved = vars(AutoTuner)["choose_one"], vars(AutoTuner)["search_cache"]
-            AutoTuner.choose_one, AutoTuner.search_cache = context_choose_one, stock_search_cache
-            try:
-                keep("floor: choose_one wrapper reading the context", timed(pinned))
-            finally:
-                AutoTuner.choose_one, AutoTuner.search_cache = saved
-                leave.set()
-                holder.join()
-                entered.clear()
-                leave.clear()
 
         def process_wide() -> None:
             fi_patches.register_pins(table)
@@ -243,13 +226,21 @@ def lookup_rows(repeat: int, number: int, timed: Any) -> None:
                 assert pinned()[1] == other
                 keep("preseed block, pinned key", timed(pinned))
 
-        def beside(name: str, block: bool) -> None:
+        def beside(name: str, block: bool, tuner_methods: dict[str, Any] | None = None) -> None:
+            """Time ``name`` while another thread waits (in a block if ``block``), with
+            ``tuner_methods`` set on ``AutoTuner`` for the timing only (over that block's
+            wrappers), then restored."""
             holder = threading.Thread(target=hold, args=(block,))
             holder.start()
             entered.wait()
+            saved = {attr: vars(AutoTuner)[attr] for attr in tuner_methods or {}}
             try:
+                for attr, method in (tuner_methods or {}).items():
+                    setattr(AutoTuner, attr, method)
                 keep(name, timed(pinned))
             finally:
+                for attr, method in saved.items():
+                    setattr(AutoTuner, attr, method)
                 leave.set()
                 holder.join()
                 entered.clear()
@@ -262,7 +253,11 @@ def lookup_rows(repeat: int, number: int, timed: Any) -> None:
         steps = [
             stock,
             floor_row,
-            context_floor,
+            lambda: beside(
+                "floor: choose_one wrapper reading the context",
+                True,
+                {"choose_one": context_choose_one, "search_cache": stock_search_cache},
+            ),
             process_wide,
             narrowing,
             preseed,
