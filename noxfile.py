@@ -18,8 +18,12 @@ tests that need it (``tests/vllm``); ``nox -s sglang`` does the same for SGLang
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import nox
@@ -45,6 +49,22 @@ MATRIX = load()
 ENVIRONMENTS = MATRIX.environments()
 DSL = "nvidia-cutlass-dsl"
 RESULTS_MD = ROOT / "compat" / "RESULTS.md"
+DISCARD = "NOX_DISCARD_ENVS"
+"""Set (``.ci/run`` sets it): a release's cell and the vLLM and SGLang sessions remove their
+venv when they end, passed or failed, so a run holds one of them at a time beside the base
+(cells take 0.1-0.8 GB each, the host environments about 4 GB): a full CI run peaked at about
+15 GB of disk with all of them kept. Unset, venvs stay for ``nox -R``."""
+
+
+@contextlib.contextmanager
+def _discarded(session: nox.Session) -> Iterator[None]:
+    """Run the session's body, then remove its venv where :data:`DISCARD` asks to."""
+    try:
+        yield
+    finally:
+        location = getattr(session.virtualenv, "location", None)
+        if os.environ.get(DISCARD) and location:
+            shutil.rmtree(location, ignore_errors=True)
 
 
 @nox.session(python=False)
@@ -98,6 +118,11 @@ def base(session: nox.Session) -> None:
 def cell(session: nox.Session, environment: str) -> None:
     """One release (with its DSL pinned, on the DSL axis): install it over the base, then run
     each of its cells."""
+    with _discarded(session):
+        _cell(session, environment)
+
+
+def _cell(session: nox.Session, environment: str) -> None:
     start = time.monotonic()
     cells = MATRIX.cells_in(environment)
     release, dsl = cells[0].flashinfer, cells[0].dsl
@@ -196,8 +221,9 @@ def vllm(session: nox.Session) -> None:
     """The vLLM integration against the real vLLM on CPU: vLLM installed without its
     dependencies plus the few its plugin loader and MXFP8 kernel module import
     (``tests/vllm/requirements.txt``), then ``doctor`` and the vLLM tests."""
-    _host_environment(session, VLLM, ROOT / "tests" / "vllm" / "requirements.txt", "vLLM")
-    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *VLLM_TESTS)
+    with _discarded(session):
+        _host_environment(session, VLLM, ROOT / "tests" / "vllm" / "requirements.txt", "vLLM")
+        session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *VLLM_TESTS)
 
 
 SGLANG = "sglang==0.5.23"
@@ -210,8 +236,9 @@ def sglang(session: nox.Session) -> None:
     dependencies plus the few ``import sglang.srt.plugins`` needs
     (``tests/sglang/requirements.txt``), then ``doctor``, the SGLang tests and the drift cases
     of the SGLang internals (absent, so not run, in the main run)."""
-    _host_environment(session, SGLANG, ROOT / "tests" / "sglang" / "requirements.txt", "SGLang")
-    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *SGLANG_TESTS)
-    session.run(
-        "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/drift", "-k", "sglang"
-    )
+    with _discarded(session):
+        _host_environment(session, SGLANG, ROOT / "tests" / "sglang" / "requirements.txt", "SGLang")
+        session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *SGLANG_TESTS)
+        session.run(
+            "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/drift", "-k", "sglang"
+        )
