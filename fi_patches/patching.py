@@ -10,8 +10,6 @@ applied, never at ``import fi_patches``); a hot-path wrapper is a plain function
 
 :class:`RunnerMethodPatch` wraps a method on FlashInfer runner classes by name, those that exist
 now and those created later, and on any runner class handed over while the patch is applied.
-:class:`WhileFlagged` applies a patch only while an instance flag is set (a tuning-only wrapper
-off the serving path).
 
 FlashInfer builds its CuTe DSL runner classes inside factory functions (one class per call
 before 0.7.4, one per ``lru_cache`` key from 0.7.4), so there is no module attribute to patch
@@ -178,118 +176,6 @@ class AttributePatch:
                 self.describe(),
             )
         self._installed = None
-
-
-class WhileFlagged:
-    """Applies ``patch`` only while some instance of ``owner`` has its ``flag`` attribute set
-    true: a wrapper needed only while FlashInfer tunes (``choose_one``) is then not on a serving
-    call's path at all.
-
-    A ``__setattr__`` on ``owner`` sees every write of ``flag`` (reads are untouched, and
-    FlashInfer writes no tuner attribute on a serving call): the first instance to set it
-    applies ``patch``, the last to clear it reverts it. ``flagged()`` gives the instances whose
-    flag may already be set when this applies. Applying checks that ``patch`` can apply (its
-    attribute is the owner's own); a later failure to switch it is logged once, and the write
-    itself always goes through. Reverting restores ``owner``'s namespace exactly.
-    """
-
-    def __init__(
-        self,
-        owner: type,
-        flag: str,
-        patch: AttributePatch,
-        flagged: Callable[[], Iterable[Any]],
-    ) -> None:
-        self.owner = owner
-        self.flag = flag
-        self.patch = patch
-        self.flagged = flagged
-        self.active = False
-        self._lock = threading.RLock()
-        self._set: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._sticky = False
-        """Set when an instance took no weak reference: ``patch`` then stays applied."""
-        self._own: Any = _INHERITED
-        self._installed: Any = None
-
-    def describe(self) -> str:
-        return f"{self.patch.describe()} (while {self.flag} is set)"
-
-    def apply(self) -> None:
-        if self.active:
-            return
-        namespace = vars(self.owner)
-        if self.patch.name not in namespace:
-            raise AttributeError(f"{self.patch.describe()} is not defined on {self.owner!r} itself")
-        self._own = namespace.get("__setattr__", _INHERITED)
-        resolved: Any = self.owner.__setattr__  # in force now: the class's own or inherited
-        switch, flag = self, self.flag
-
-        def __setattr__(instance: Any, name: str, value: Any) -> None:
-            resolved(instance, name, value)
-            if name == flag:
-                switch.seen(instance, value)
-
-        __setattr__.__wrapped__ = resolved  # type: ignore[attr-defined]  # inspect.unwrap
-        self._installed = __setattr__
-        type.__setattr__(self.owner, "__setattr__", __setattr__)
-        self.active = True
-        try:
-            for instance in self.flagged():
-                if getattr(instance, flag, False):
-                    self.seen(instance, True)
-        except BaseException:
-            self.revert()
-            raise
-
-    def seen(self, instance: Any, value: Any) -> None:
-        """``instance`` set the flag to ``value``: apply or revert ``patch`` as it says."""
-        try:
-            with self._lock:
-                if not self.active:
-                    return
-                if value:
-                    try:
-                        self._set.add(instance)
-                    except TypeError:
-                        self._sticky = True
-                else:
-                    self._set.discard(instance)
-                wanted = self._sticky or len(self._set) > 0
-                if wanted and not self.patch.active:
-                    self.patch.apply()
-                elif not wanted and self.patch.active:
-                    self.patch.revert()
-        except Exception:
-            log_once(
-                logger,
-                logging.ERROR,
-                f"switch:{self.describe()}",
-                "fi_patches could not switch %s as %s changed; FlashInfer's own method may run",
-                self.patch.describe(),
-                self.flag,
-                exc_info=True,
-            )
-
-    def revert(self) -> None:
-        with self._lock:
-            if not self.active:
-                return
-            self.active = False
-            self._set = weakref.WeakSet()
-            self._sticky = False
-            self.patch.revert()
-            if vars(self.owner).get("__setattr__") is self._installed:
-                if self._own is _INHERITED:
-                    type.__delattr__(self.owner, "__setattr__")
-                else:
-                    type.__setattr__(self.owner, "__setattr__", self._own)
-            else:
-                logger.warning(
-                    "%s.__setattr__ was replaced after fi_patches set it; leaving it in place",
-                    self.owner.__qualname__,
-                )
-            self._installed = None
 
 
 _lock = threading.RLock()

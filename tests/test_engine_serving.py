@@ -466,42 +466,6 @@ def test_serving_exit_restores_the_exact_original_objects(engine, monkeypatch, m
 
 
 @pytest.mark.parametrize("mode", SERVING_MODES)
-def test_a_serving_call_meets_flashinfers_own_choose_one_and_tuning_is_still_followed(
-    engine, monkeypatch, mode
-):
-    """``choose_one`` is wrapped only while the tuner tunes: a serving call outside tuning
-    meets FlashInfer's own method, and tuning inside the pins (narrowing: the pin alone is
-    profiled; preseed: nothing is) is followed from its first call, also in a block opened
-    while ``autotune(True)`` was already on."""
-    from flashinfer.autotuner import AutoTuner
-
-    stock = vars(AutoTuner)["choose_one"]
-    runner, pin = "ToyTileRunner", (16, 3)
-    x, w = toy_op.operands(ROWS, N)
-    timed = {} if mode == "preseed" else {runner: {pin}}
-    profiling = toy_op.start(monkeypatch, 71)
-    with _serving(_pin_of(runner, pin), mode):
-        assert vars(AutoTuner)["choose_one"] is stock
-        assert _ran(x, w) == [(runner, ROWS, pin)]  # served without the wrapper
-        with engine.autotune(True):
-            assert vars(AutoTuner)["choose_one"].__wrapped__ is stock
-            toy_op.toy_mm(x, w)
-        assert vars(AutoTuner)["choose_one"] is stock
-        assert _timed(profiling) == timed
-    if mode == "process":
-        return  # process-wide pins are enabled outside tuning by the plugins
-    profiling = toy_op.start(monkeypatch, 72)
-    with engine.autotune(True):
-        assert vars(AutoTuner)["choose_one"] is stock  # no block yet
-        with fi_patches.pinned_tactics(_pin_of(runner, pin), mode=mode):
-            assert vars(AutoTuner)["choose_one"].__wrapped__ is stock
-            toy_op.toy_mm(x, w)
-        assert vars(AutoTuner)["choose_one"] is stock
-    assert _timed(profiling) == timed
-    assert "__setattr__" not in vars(AutoTuner)
-
-
-@pytest.mark.parametrize("mode", SERVING_MODES)
 def test_serving_pins_stay_in_their_context_and_nest(engine, monkeypatch, mode):
     """A block's pins serve its own context only; process-wide pins serve every thread, also
     while another thread has a block open. An inner block wins for its keys, and once it is

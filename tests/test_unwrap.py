@@ -26,7 +26,6 @@ def _tuner_namespace() -> dict[str, Any]:
 
 
 def test_every_wrapper_of_a_block_unwraps_to_flashinfers_original(pinning, monkeypatch):
-    import flashinfer
     import flashinfer.autotuner as autotuner_package
     from flashinfer.autotuner import AutoTuner
 
@@ -46,13 +45,7 @@ def test_every_wrapper_of_a_block_unwraps_to_flashinfers_original(pinning, monke
     pin = lowlat.non_split_alternative(N, K, 8)
     with fi_patches.pinned_tactics(lowlat.table(lowlat.entry(N, K, 5, 8, pin))):
         assert lowlat.offered(runner, N, K, 8) == [pin]  # the wrappers are live
-        # choose_one is wrapped only while the tuner tunes: a serving call meets FlashInfer's.
-        assert vars(AutoTuner)["choose_one"] is tuner_before["choose_one"]
-        setattr_hook = vars(AutoTuner)["__setattr__"]  # what sees the tuner's flag change
-        assert setattr_hook.__wrapped__ is object.__setattr__
-        with flashinfer.autotune(True):
-            installed = {name: vars(AutoTuner)[name] for name in tuner_names}
-        assert vars(AutoTuner)["choose_one"] is tuner_before["choose_one"]
+        installed = {name: vars(AutoTuner)[name] for name in tuner_names}
         installed.update({name: vars(tuner_module)[name] for name in module_names})
         installed["setter"] = vars(autotuner_package)[fi_tuner.SET_GROUP]
         installed["get_valid_tactics"] = vars(runner_class)["get_valid_tactics"]

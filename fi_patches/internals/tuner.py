@@ -99,15 +99,10 @@ def probe_config() -> Any:
     return TUNING_CONFIG_CLASS.resolve()(dynamic_tensor_specs=(spec,))
 
 
-TUNING_FLAG = "is_tuning_mode"
-"""The tuner's attribute that ``flashinfer.autotune(True)`` sets while tuning (checked with
-``AutoTuner.get``): the engine's tuning-only wrapper is applied while it is true."""
-
-
 def _check_tuner_get(get: Any) -> str | None:
     instance = get()
-    if not isinstance(getattr(instance, TUNING_FLAG, None), bool):
-        return f"the tuner it returns has no boolean {TUNING_FLAG}"
+    if not isinstance(getattr(instance, "is_tuning_mode", None), bool):
+        return "the tuner it returns has no boolean is_tuning_mode"
     return None
 
 

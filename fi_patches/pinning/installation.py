@@ -8,10 +8,9 @@ A holder gets a :class:`Hold`, and releasing counts only a hold of the current i
 opened before it that leaves afterwards releases nothing, so it never tears down the wrappers
 of a block opened after a later ``enable()``.
 
-The engine's installation (:data:`PINNING`) patches FlashInfer's tuner (``search_cache``, the
-profiling call, and ``choose_one`` while the tuner is tuning) and wraps ``get_valid_tactics`` of
-the runner classes the tables in force name, and of every runner of an op those tables pin
-while it is tuned.
+The engine's installation (:data:`PINNING`) patches FlashInfer's tuner (``search_cache``,
+``choose_one``, the profiling call) and wraps ``get_valid_tactics`` of the runner classes the
+tables in force name, and of every runner of an op those tables pin while it is tuned.
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from fi_patches.internals import tuner as fi_tuner
-from fi_patches.patching import AttributePatch, PatchSet, RunnerMethodPatch, WhileFlagged
+from fi_patches.patching import AttributePatch, PatchSet, RunnerMethodPatch
 from fi_patches.pinning.narrowing import valid_tactics_replacement
 from fi_patches.pinning.serving import choose_one_replacement, profile_replacement
 from fi_patches.pinning.tuner_cache import search_cache_replacement
@@ -128,15 +127,8 @@ def _build() -> PatchSet:
     patches = PatchSet(
         [
             AttributePatch(tuner_class, fi_tuner.SEARCH_CACHE.name, search_cache_replacement),
-            # Only while tuning: outside it the wrapper passes straight through, and a serving
-            # call (every call of a tuned op) is then spared its frame.
-            WhileFlagged(
-                tuner_class,
-                fi_tuner.TUNING_FLAG,
-                AttributePatch(
-                    tuner_class, fi_tuner.CHOOSE_ONE.name, choose_one_replacement(_wrap_runners)
-                ),
-                lambda: (fi_tuner.tuner(),),
+            AttributePatch(
+                tuner_class, fi_tuner.CHOOSE_ONE.name, choose_one_replacement(_wrap_runners)
             ),
             AttributePatch(tuner_class, fi_tuner.PROFILE_SINGLE_KERNEL.name, profile_replacement),
             runners,
