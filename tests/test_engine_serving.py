@@ -436,16 +436,18 @@ def test_serving_leaves_unpinned_keys_flashinfers_own_answer(engine, monkeypatch
     tuner, config = AutoTuner.get(), toy_op.config()
     tile, split = toy_op.runners()
     x, w = toy_op.operands(ROWS, N)
+    op = toy_op.OP
     calls = [
-        ([tile, split], list(toy_op.operands(ROWS, toy_op.WEIGHTS[1]))),  # another weight
-        ([tile, split], list(toy_op.operands(2 * ROWS, N))),  # rows outside the entry
-        ([tile], [x.to(torch.float16), w.to(torch.float16)]),  # another key (extras)
-        ([split] if runner == "ToyTileRunner" else [tile], [x, w]),  # the pin's runner absent
+        (op, [tile, split], list(toy_op.operands(ROWS, toy_op.WEIGHTS[1]))),  # another weight
+        (op, [tile, split], list(toy_op.operands(2 * ROWS, N))),  # rows outside the entry
+        (op, [tile], [x.to(torch.float16), w.to(torch.float16)]),  # another key (extras)
+        (op, [split] if runner == "ToyTileRunner" else [tile], [x, w]),  # the pin's runner absent
+        (f"{op}_unpinned", [tile, split], [x, w]),  # an op no entry pins, at the pinned shapes
     ]
-    stock = [tuner.choose_one(toy_op.OP, r, config, i) for r, i in calls]
+    stock = [tuner.choose_one(o, r, config, i) for o, r, i in calls]
     with _serving(_pin_of(runner, pin), mode):
         for _ in range(2):
-            assert [tuner.choose_one(toy_op.OP, r, config, i) for r, i in calls] == stock
+            assert [tuner.choose_one(o, r, config, i) for o, r, i in calls] == stock
         assert tuner.choose_one(toy_op.OP, [tile, split], config, [x, w])[1] == pin
 
 

@@ -251,10 +251,10 @@ def search_cache_replacement(original: Any, gate: Any) -> Any:
     parameters. Every lookup first finds the pins in force here in one read of the pin state
     (:data:`fi_patches.pinning.stack.SERVING`) and, while some block is open somewhere, one of
     the context (:data:`fi_patches.pinning.stack.scope`); with none it calls FlashInfer's own
-    method straight away. A serving lookup (on every call of a tuned op) then reads the index's
-    memo once: a key no entry reaches goes straight to FlashInfer, a pinned key is answered
-    from the pin without FlashInfer's own lookup; everything else goes the general way
-    (:func:`_general`)."""
+    method straight away. A serving lookup (on every call of a tuned op) of an op no entry pins
+    then goes straight to FlashInfer; of a pinned op, it reads the index's memo once: a key no
+    entry reaches goes straight to FlashInfer, a pinned key is answered from the pin without
+    FlashInfer's own lookup; everything else goes the general way (:func:`_general`)."""
     serving_state, context, plain = stack.SERVING, stack.CONTEXT, stack.PLAIN
     here, in_force, unreached = stack.scope, stack.current_index, UNREACHED
     refreshed = REFRESHED
@@ -282,14 +282,15 @@ def search_cache_replacement(original: Any, gate: Any) -> Any:
                 return original(self, custom_op, runners, input_shapes, tuning_config, inputs)
             if inputs is not None and not self.is_tuning_mode:  # a serving lookup
                 try:
+                    # An op no entry here pins goes straight to FlashInfer (the common call,
+                    # spared the memo's key: hashing the input shapes); of a pinned op, a key
+                    # some entry may pin (its row not yet decided, or a reached one).
                     if index.at != refreshed[0]:
                         index.fresh()
-                    row = index.lookups.get((custom_op, input_shapes))
-                    # A key some entry may pin (a row not yet decided: of an op pinned here)
                     if (
-                        row is not unreached
+                        custom_op in index.served
+                        and (row := index.lookups.get((custom_op, input_shapes))) is not unreached
                         and gate.active
-                        and (row is not None or custom_op in index.served)
                     ):
                         answer = _served(
                             self,
