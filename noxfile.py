@@ -52,8 +52,8 @@ RESULTS_MD = ROOT / "compat" / "RESULTS.md"
 DISCARD = "NOX_DISCARD_ENVS"
 """Set (``.ci/run`` sets it): a release's cell and the vLLM and SGLang sessions remove their
 venv when they end, passed or failed, so a run holds one of them at a time beside the base
-(cells take 0.1-0.8 GB each, the host environments about 4 GB): a full CI run peaked at about
-15 GB of disk with all of them kept. Unset, venvs stay for ``nox -R``."""
+(cells take 0.1-0.8 GB each, the host environments about 4 GB): with all of them kept, .nox
+reached 15 GB in a fresh-clone CI run. Unset, venvs stay for ``nox -R``."""
 
 
 @contextlib.contextmanager
