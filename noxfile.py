@@ -18,13 +18,14 @@ tests that need it (``tests/vllm``); ``nox -s sglang`` does the same for SGLang
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import nox
 from nox.command import CommandFailed
@@ -56,15 +57,20 @@ venv when they end, passed or failed, so a run holds one of them at a time besid
 reached 15 GB in a fresh-clone CI run. Unset, venvs stay for ``nox -R``."""
 
 
-@contextlib.contextmanager
-def _discarded(session: nox.Session) -> Iterator[None]:
-    """Run the session's body, then remove its venv where :data:`DISCARD` asks to."""
-    try:
-        yield
-    finally:
-        location = getattr(session.virtualenv, "location", None)
-        if os.environ.get(DISCARD) and location:
-            shutil.rmtree(location, ignore_errors=True)
+def _discards_venv(body: Callable[..., None]) -> Callable[..., None]:
+    """A session that, once its ``body`` ends (passed or failed), removes its venv where
+    :data:`DISCARD` asks to."""
+
+    @functools.wraps(body)
+    def session_body(session: nox.Session, **params: Any) -> None:
+        try:
+            body(session, **params)
+        finally:
+            location = getattr(session.virtualenv, "location", None)
+            if os.environ.get(DISCARD) and location:
+                shutil.rmtree(location, ignore_errors=True)
+
+    return session_body
 
 
 @nox.session(python=False)
@@ -115,14 +121,10 @@ def base(session: nox.Session) -> None:
 
 @nox.session(requires=["base"])
 @nox.parametrize("environment", ENVIRONMENTS, ids=ENVIRONMENTS)
+@_discards_venv
 def cell(session: nox.Session, environment: str) -> None:
     """One release (with its DSL pinned, on the DSL axis): install it over the base, then run
     each of its cells."""
-    with _discarded(session):
-        _cell(session, environment)
-
-
-def _cell(session: nox.Session, environment: str) -> None:
     start = time.monotonic()
     cells = MATRIX.cells_in(environment)
     release, dsl = cells[0].flashinfer, cells[0].dsl
@@ -217,13 +219,13 @@ def _host_environment(session: nox.Session, host: str, requirements: Path, label
 
 
 @nox.session
+@_discards_venv
 def vllm(session: nox.Session) -> None:
     """The vLLM integration against the real vLLM on CPU: vLLM installed without its
     dependencies plus the few its plugin loader and MXFP8 kernel module import
     (``tests/vllm/requirements.txt``), then ``doctor`` and the vLLM tests."""
-    with _discarded(session):
-        _host_environment(session, VLLM, ROOT / "tests" / "vllm" / "requirements.txt", "vLLM")
-        session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *VLLM_TESTS)
+    _host_environment(session, VLLM, ROOT / "tests" / "vllm" / "requirements.txt", "vLLM")
+    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *VLLM_TESTS)
 
 
 SGLANG = "sglang==0.5.23"
@@ -231,14 +233,14 @@ SGLANG_TESTS = ("tests/sglang",)
 
 
 @nox.session
+@_discards_venv
 def sglang(session: nox.Session) -> None:
     """The SGLang plugin against the real SGLang on CPU: SGLang installed without its
     dependencies plus the few ``import sglang.srt.plugins`` needs
     (``tests/sglang/requirements.txt``), then ``doctor``, the SGLang tests and the drift cases
     of the SGLang internals (absent, so not run, in the main run)."""
-    with _discarded(session):
-        _host_environment(session, SGLANG, ROOT / "tests" / "sglang" / "requirements.txt", "SGLang")
-        session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *SGLANG_TESTS)
-        session.run(
-            "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/drift", "-k", "sglang"
-        )
+    _host_environment(session, SGLANG, ROOT / "tests" / "sglang" / "requirements.txt", "SGLang")
+    session.run("python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *SGLANG_TESTS)
+    session.run(
+        "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/drift", "-k", "sglang"
+    )

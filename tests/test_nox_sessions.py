@@ -26,7 +26,7 @@ def noxfile() -> types.ModuleType:
 
 
 def session_with_venv(tmp_path: Path) -> types.SimpleNamespace:
-    """What ``_discarded`` reads of a nox session: its venv's location (a real folder)."""
+    """What ``_discards_venv`` reads of a nox session: its venv's location (a real folder)."""
     venv = tmp_path / "venv"
     (venv / "lib").mkdir(parents=True)
     (venv / "lib" / "site.py").write_text("")
@@ -37,10 +37,20 @@ def test_ci_removes_a_sessions_venv_when_it_ends_even_on_failure(tmp_path, monke
     module = noxfile()
     monkeypatch.setenv(module.DISCARD, "1")
     passed, failed = session_with_venv(tmp_path / "a"), session_with_venv(tmp_path / "b")
-    with module._discarded(passed):
-        assert Path(passed.virtualenv.location).is_dir()  # there while the body runs
-    with pytest.raises(RuntimeError), module._discarded(failed):
+    seen: list[tuple[bool, str]] = []
+
+    @module._discards_venv
+    def body(session: types.SimpleNamespace, environment: str) -> None:
+        seen.append((Path(session.virtualenv.location).is_dir(), environment))  # there meanwhile
+
+    @module._discards_venv
+    def failing(session: types.SimpleNamespace) -> None:
         raise RuntimeError("a failing test run")
+
+    body(passed, environment="0.7.4")
+    with pytest.raises(RuntimeError):
+        failing(failed)
+    assert seen == [(True, "0.7.4")]
     assert not Path(passed.virtualenv.location).exists()
     assert not Path(failed.virtualenv.location).exists()
 
@@ -49,8 +59,7 @@ def test_without_the_variable_the_venv_stays(tmp_path, monkeypatch):
     module = noxfile()
     monkeypatch.delenv(module.DISCARD, raising=False)
     session = session_with_venv(tmp_path)
-    with module._discarded(session):
-        pass
+    module._discards_venv(lambda session: None)(session)
     assert (Path(session.virtualenv.location) / "lib" / "site.py").is_file()
 
 
