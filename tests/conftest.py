@@ -182,6 +182,17 @@ def pinning(sm103: str) -> str:
 
 
 @pytest.fixture
+def engine(sm103: str) -> Any:
+    """sm_103 with the real FlashInfer (the module), skipping where ``pinned_ops`` (the engine
+    that pins any op) is disabled."""
+    flashinfer_or_skip()
+    require_feature("pinned_ops")
+    import flashinfer
+
+    return flashinfer
+
+
+@pytest.fixture
 def tuner(pinning: str) -> Iterator[Any]:
     """FlashInfer's tuner singleton, with an empty cache before and after the test."""
     from flashinfer.autotuner import AutoTuner

@@ -17,16 +17,6 @@ import fi_patches
 from fi_patches.pins import PinTable, PinTableError
 from fi_patches.tools.record import read_cache, to_table
 from tests import toy_op
-from tests.conftest import flashinfer_or_skip, require_feature
-
-
-@pytest.fixture
-def engine(sm103: str) -> Any:
-    flashinfer_or_skip()
-    require_feature("pinned_ops")
-    import flashinfer
-
-    return flashinfer
 
 
 def _record(path: Path, note: str = "") -> PinTable:

@@ -18,19 +18,9 @@ import pytest
 import fi_patches
 from fi_patches.pins import PinTable
 from tests import toy_op
-from tests.conftest import flashinfer_or_skip, require_feature
 
 N = toy_op.WEIGHTS[0]
 ROWS = 8
-
-
-@pytest.fixture
-def engine(sm103: str) -> Any:
-    flashinfer_or_skip()
-    require_feature("pinned_ops")
-    import flashinfer
-
-    return flashinfer
 
 
 def _table(*entries: dict[str, Any]) -> PinTable:

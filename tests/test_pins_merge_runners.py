@@ -17,22 +17,12 @@ from fi_patches.cli import main
 from fi_patches.pins import PinTable
 from fi_patches.pins.keys import as_tactic, tactic_text
 from tests import toy_op
-from tests.conftest import flashinfer_or_skip, require_feature
 
 SEEDS = {"a": 1, "b": 1, "c": 2}
 """Run -> the seed its simulated timings are drawn from: a and b agree, c does not."""
 
 Bucket = tuple[int, int]
 """``(n, rows)``: the weight and row bucket of the tests' op."""
-
-
-@pytest.fixture
-def engine(sm103: str) -> Any:
-    flashinfer_or_skip()
-    require_feature("pinned_ops")
-    import flashinfer
-
-    return flashinfer
 
 
 def tune(flashinfer: Any, monkeypatch: pytest.MonkeyPatch, seed: int, path: Path | None) -> dict:

@@ -15,19 +15,9 @@ from fi_patches.cli import main
 from fi_patches.pins import PinTable
 from fi_patches.tools.record import read_cache
 from tests import toy_op
-from tests.conftest import flashinfer_or_skip, require_feature
 
 SEEDS = {0: 1, 1: 1, 2: 2}
 """tp rank -> the seed its simulated timings are drawn from: ranks 0 and 1 agree, 2 does not."""
-
-
-@pytest.fixture
-def engine(sm103: str) -> Any:
-    flashinfer_or_skip()
-    require_feature("pinned_ops")
-    import flashinfer
-
-    return flashinfer
 
 
 def tune_rank(flashinfer: Any, monkeypatch: pytest.MonkeyPatch, seed: int, path: Path) -> dict:

@@ -15,18 +15,8 @@ import pytest
 from fi_patches.cli import main
 from fi_patches.pins import PinTable
 from tests import toy_op
-from tests.conftest import flashinfer_or_skip, require_feature
 
 CACHE = "flashinfer_autotune_cache"
-
-
-@pytest.fixture
-def engine(sm103: str) -> Any:
-    flashinfer_or_skip()
-    require_feature("pinned_ops")
-    import flashinfer
-
-    return flashinfer
 
 
 def workspace(monkeypatch: pytest.MonkeyPatch, archs: str) -> tuple[str, str]:
