@@ -66,8 +66,10 @@ def clean_state(
     register_pins(None)
     yield
     from fi_patches.pinning import stack
-    from fi_patches.pinning.installation import installed_count
+    from fi_patches.pinning.installation import PINNING, installed_count
     from fi_patches.ranks import GUARD
+
+    PINNING.installs = GUARD.installs = 0  # each test counts its own (one warning at 100)
 
     assert installed_count() == 0, "a test left the pinning wrappers installed"
     assert GUARD.count == 0, "a test left the automatic rank guard installed"

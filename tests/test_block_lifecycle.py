@@ -249,3 +249,31 @@ def test_refresh_reads_a_pin_file_again_and_the_tables_in_force_follow(tmp_path,
     assert second is not first
     assert lookup((second,), "low_latency", 7168, 1536, 8) is None
     assert lookup((second,), "low_latency", 7168, 1536, 6) is not None
+
+
+def test_installing_the_wrappers_over_and_over_is_warned_once(pins, caplog):
+    """Blocks opened and left one after another install and remove the wrappers each time (each
+    rewrites FlashInfer's classes, which CPython 3.12+ stops specializing after about a thousand
+    changes): the hundredth installation logs one warning saying how to hold pins instead; blocks
+    opened inside a block that stays open install nothing and warn of nothing."""
+    from fi_patches.pinning.installation import PINNING, REINSTALLS_WARNED
+    from fi_patches.ranks import GUARD
+
+    table = lowlat.table(lowlat.entry(N, K, 5, 8, pins[0]))
+    PINNING.installs = GUARD.installs = 0  # what the fixtures installed is not this test's
+    with caplog.at_level("WARNING", logger="fi_patches"):
+        with fi_patches.pinned_tactics(table):
+            for _ in range(2 * REINSTALLS_WARNED):
+                with fi_patches.pinned_tactics(table):
+                    pass
+        assert PINNING.installs == 1
+        assert not [r for r in caplog.records if "th time" in r.getMessage()]
+        for _ in range(2 * REINSTALLS_WARNED):
+            with fi_patches.pinned_tactics(table):
+                pass
+    warned = [r for r in caplog.records if "th time" in r.getMessage()]
+    assert PINNING.installs == 1 + 2 * REINSTALLS_WARNED
+    assert len(warned) == 1 and warned[0].levelname == "WARNING"
+    assert f"for the {REINSTALLS_WARNED}th time" in warned[0].getMessage()
+    assert "Hold pins for the process's life" in warned[0].getMessage()
+    assert installed_count() == 0

@@ -15,15 +15,30 @@ tables in force name, and of every runner of an op those tables pin while it is 
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from fi_patches._logging import get_logger, log_once
 from fi_patches.internals import tuner as fi_tuner
 from fi_patches.patching import AttributePatch, PatchSet, RunnerMethodPatch
 from fi_patches.pinning.narrowing import valid_tactics_replacement
 from fi_patches.pinning.serving import choose_one_replacement, profile_replacement
 from fi_patches.pinning.tuner_cache import search_cache_replacement
+
+logger = get_logger(__name__)
+
+REINSTALLS_WARNED = 100
+"""After this many installations of one :class:`Installation` in a process, a warning is logged
+once. Each installation and each removal rewrites attributes of FlashInfer's classes (its tuner
+and runner classes): CPython then re-specializes the code that uses them, and from Python 3.12
+a class that was changed about a thousand times (CPython's limit of version tags per class) is
+never specialized again, so FlashInfer's tuner runs slower for the rest of the process. Measured
+on Python 3.13: a class patched and restored 500 times loses its version tag, and a method
+reading its attributes ran 3x slower after. A process that holds pins for its whole life
+(``FI_PATCHES_PINS``, ``fi_patches.auto``, the vLLM and SGLang plugins, or one outer block)
+installs once."""
 
 
 class Hold:
@@ -49,6 +64,8 @@ class Installation:
         self.lock = threading.RLock()
         self.count = 0
         self.epoch = 0
+        self.installs = 0
+        """How many times the patches were applied in this process."""
         self.patches: PatchSet | None = None
 
     @property
@@ -71,6 +88,9 @@ class Installation:
                 patches = self.build()
                 patches.apply()
                 self.patches = patches
+                self.installs += 1
+                if self.installs == REINSTALLS_WARNED:
+                    _warn_reinstalls(self.name, self.installs)
             self.count += 1
             return Hold(self, self.epoch)
 
@@ -96,6 +116,22 @@ class Installation:
         if self.patches is not None:
             self.patches.revert()
             self.patches = None
+
+
+def _warn_reinstalls(name: str, installs: int) -> None:
+    log_once(
+        logger,
+        logging.WARNING,
+        "reinstalls",  # one warning, whichever installation gets there first
+        "fi_patches installed its %s wrappers for the %dth time in this process: each time it "
+        "installs and removes them, FlashInfer's classes change, and from Python 3.12 a class "
+        "changed about a thousand times is never specialized again (FlashInfer's tuner then "
+        "runs slower for the rest of the process). Hold pins for the process's life instead: "
+        "FI_PATCHES_PINS, fi_patches.auto, or one pinned_tactics() block around the blocks "
+        "you open",
+        name,
+        installs,
+    )
 
 
 _runners: list[RunnerMethodPatch] = []
