@@ -173,7 +173,29 @@ def main() -> int:
             f"{'':<18}{'':<26}offered in the block for the pinned key: {len(offered)} of "
             f"{len(stock_list)} stock tactics ({len(table.entries('pin'))} [[pin]] entries)"
         )
+        print(f"{'':<18}{'':<26}{_version_tags(type(runner))}", flush=True)
     return 0
+
+
+def _version_tags(runner_class: type) -> str:
+    """CPython's type version tags of FlashInfer's tuner and of the runner's class after the
+    rows so far. Every block entered and left changes those classes; from Python 3.12 a class
+    changed about a thousand times gets tag 0 and is never specialized again, so the rows after
+    that point measure FlashInfer's code unspecialized, stock and every mode alike."""
+    try:
+        import _testcapi  # type: ignore[import-not-found]
+
+        from flashinfer.autotuner import AutoTuner
+
+        classes = (AutoTuner, runner_class)
+        for c in classes:  # a lookup gives a class a tag where CPython still can
+            getattr(c, "_fi_patches_no_such_attribute", None)
+        tags = [_testcapi.type_get_version(c) for c in classes]
+    except Exception as exc:  # an interpreter built without the test API
+        return f"type version tags: not read ({type(exc).__name__})"
+    gone = [n for n, t in zip(("AutoTuner", runner_class.__name__), tags, strict=True) if not t]
+    state = f"0 for {', '.join(gone)}: no longer specialized" if gone else "both still valid"
+    return f"type version tags of AutoTuner, {runner_class.__name__}: {tags} ({state})"
 
 
 def _serving_rows(
