@@ -1,0 +1,206 @@
+"""What changing FlashInfer's classes costs the calls after: each block that installs or removes
+fi_patches' wrappers sets attributes of FlashInfer's tuner and runner classes.
+
+* ``lookup`` (needs FlashInfer): FlashInfer's stock serving lookup (``choose_one`` outside
+  tuning, the tests' op on the real tuner) timed call by call right after a block left, against
+  the same lookup made steady; medians per phase of the calls after, over many rounds. CPython
+  re-specializes the code that reads a changed class, so the first calls after a change cost
+  more.
+* ``tags`` (no FlashInfer): fi_patches' own ``AttributePatch`` applied to and reverted from a
+  plain class with three methods, with a call between; how many cycles until CPython gives the
+  class no type version tag (from Python 3.12 a class gets at most about a thousand), and what
+  a method reading the class's attributes costs before and after. Run it under each Python.
+
+    python benchmarks/class_changes.py lookup [--rounds 30]
+    python3.13 benchmarks/class_changes.py tags
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # fi_patches, tests.toy_op
+
+PHASES = ((0, 5), (5, 20), (20, 60), (60, 120), (120, 300))
+"""Calls after the change, ``[start, end)``, each phase reported by its median."""
+CYCLES_MAX = 3000
+
+
+def lookup_phases(rounds: int) -> int:
+    import flashinfer
+    import pytest
+    from flashinfer.autotuner import AutoTuner
+
+    import fi_patches
+    from tests import toy_op
+
+    monkeypatch = pytest.MonkeyPatch()
+    try:
+        toy_op.start(monkeypatch, 1)
+        with flashinfer.autotune(True):
+            toy_op.warm_up()
+        tuner, runners, config = AutoTuner.get(), toy_op.runners(), toy_op.config()
+        inputs = list(toy_op.operands(8, toy_op.WEIGHTS[0]))
+        table = fi_patches.PinTable.from_mapping(
+            {
+                "meta": {"device": "*", "flashinfer": ""},
+                "pin": [
+                    {
+                        "op": toy_op.OP,
+                        "runner": "ToySplitRunner",
+                        "shapes": [["rows", toy_op.K], [toy_op.K, toy_op.WEIGHTS[0]]],
+                        "min_rows": 5,
+                        "max_rows": 8,
+                        "tactic": 2,
+                    }
+                ],
+            },
+            source="<benchmark>",
+        )
+
+        def per_call() -> list[float]:
+            out = []
+            for _ in range(PHASES[-1][1]):
+                start = time.thread_time_ns()
+                tuner.choose_one(toy_op.OP, runners, config, inputs)
+                out.append((time.thread_time_ns() - start) / 1000)
+            return out
+
+        steady: list[list[float]] = []
+        after: list[list[float]] = []
+        inside: list[list[float]] = []
+        for _ in range(rounds):
+            steady.append(_phases(per_call()))
+            entered, leave = threading.Event(), threading.Event()
+
+            def hold(entered: threading.Event, leave: threading.Event) -> None:
+                with fi_patches.pinned_tactics(table):
+                    entered.set()
+                    leave.wait()
+
+            holder = threading.Thread(target=hold, args=(entered, leave))
+            holder.start()
+            entered.wait()
+            inside.append(_phases(per_call()))  # another thread's block just installed them
+            leave.set()
+            holder.join()
+            after.append(_phases(per_call()))  # its leaving just removed them
+    finally:
+        monkeypatch.undo()
+    print(
+        f"FlashInfer {flashinfer.__version__}, Python {sys.version.split()[0]}: the tests' op's "
+        f"serving lookup, thread CPU time per call (us), median over {rounds} rounds per phase"
+    )
+    header = "".join(f"{f'calls {a}-{b}':>14}" for a, b in PHASES)
+    print(f"{'':<44}{header}")
+    base = [statistics.median(col) for col in zip(*steady, strict=True)]
+    for name, rows in (
+        ("stock, steady (the 300 calls before)", steady),
+        ("wrappers just installed (another thread)", inside),
+        ("stock, wrappers just removed", after),
+    ):
+        cols = [statistics.median(col) for col in zip(*rows, strict=True)]
+        cells = "".join(f"{c:>8.2f} {c / base[-1]:4.2f}x" for c in cols)
+        print(f"{name:<44}{cells}")
+    print("(ratios against the steady stock lookup's last phase)")
+    return 0
+
+
+def _phases(values: list[float]) -> list[float]:
+    return [statistics.median(values[a:b]) for a, b in PHASES]
+
+
+def version_tags() -> int:
+    from fi_patches.patching import AttributePatch
+
+    try:
+        import _testcapi  # type: ignore[import-not-found]
+    except ImportError:
+        print(f"Python {sys.version.split()[0]} has no _testcapi: the tags cannot be read")
+        return 0
+
+    class Tuner:
+        def __init__(self) -> None:
+            self.tuning, self.cache, self.a, self.b = False, {1: 0}, 1, 2
+
+        def choose_one(self, key: int) -> int:
+            total = 0
+            for _ in range(5):
+                total += self.search_cache(key)
+            return total
+
+        def search_cache(self, key: int) -> int:
+            if self.tuning:
+                return 0
+            return self.cache.get(key, 0) + self.a + self.b
+
+        def profile(self) -> None:
+            return None
+
+    def make(original: Any, gate: Any) -> Any:
+        def wrapper(self: Any, *args: Any) -> Any:
+            return original(self, *args)
+
+        return wrapper
+
+    tuner = Tuner()
+
+    def per_call_ns() -> float:
+        best = float("inf")
+        for _ in range(5):
+            start = time.perf_counter()
+            for _ in range(100_000):
+                tuner.choose_one(1)
+            best = min(best, time.perf_counter() - start)
+        return best / 100_000 * 1e9
+
+    def tag() -> int:
+        getattr(Tuner, "_no_such_attribute", None)  # a lookup assigns a tag where it still can
+        return int(_testcapi.type_get_version(Tuner))
+
+    before = per_call_ns()
+    patches = [AttributePatch(Tuner, n, make) for n in ("choose_one", "search_cache", "profile")]
+    gone = None
+    for cycle in range(1, CYCLES_MAX + 1):
+        for patch in patches:
+            patch.apply()
+        tuner.choose_one(1)
+        for patch in patches:
+            patch.revert()
+        tuner.choose_one(1)
+        if gone is None and tag() == 0:
+            gone = cycle
+    after = per_call_ns()
+    print(
+        f"Python {sys.version.split()[0]}: {CYCLES_MAX} cycles of fi_patches' AttributePatch "
+        "(3 methods applied, a call, reverted, a call) on a plain class"
+    )
+    print(
+        "type version tag gone after "
+        + (f"{gone} cycles" if gone is not None else f"none of {CYCLES_MAX} cycles (still valid)")
+    )
+    print(
+        f"a method reading the class's attributes: {before:.0f} ns before, {after:.0f} ns after "
+        f"({after / before:.2f}x)"
+    )
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("what", choices=("lookup", "tags"))
+    parser.add_argument("--rounds", type=int, default=30)
+    args = parser.parse_args()
+    return lookup_phases(args.rounds) if args.what == "lookup" else version_tags()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
