@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import inspect
 import logging
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -462,8 +463,6 @@ def test_serving_pins_stay_in_their_context_and_nest(engine, monkeypatch, mode):
     """A block's pins serve its own context only; process-wide pins serve every thread, also
     while another thread has a block open. An inner block wins for its keys, and once it is
     left the outer pin serves again (no decision of the inner block's is served after it)."""
-    import threading
-
     winners = _warmed(engine, monkeypatch)
     outer, inner = _not_cached(winners), _not_cached(winners, skip=1)
     x, w = toy_op.operands(ROWS, N)
@@ -598,8 +597,6 @@ def test_a_thread_without_pins_gets_flashinfers_own_answers_while_another_holds_
     the very key it pins), this thread's lookups, with or without FlashInfer's further keyword
     arguments, and the pinned runner's own list are FlashInfer's, as stock; the block's thread
     is served its pin meanwhile."""
-    import threading
-
     from flashinfer.autotuner import AutoTuner
 
     winners = _warmed(engine, monkeypatch)
@@ -639,18 +636,34 @@ def test_a_thread_without_pins_gets_flashinfers_own_answers_while_another_holds_
         ]
 
     stock = answers()
+
+    def inside() -> list[Any]:
+        return [
+            _ran(x, w),
+            pinned.get_valid_tactics([x, w], None),
+            plain.get_valid_tactics([x, w], None),
+        ]
+
+    with held_in_another_thread(table, inside) as seen:
+        assert AutoTuner.__dict__["search_cache"] is not stock_method  # the wrappers are in
+        for _ in range(2):  # decided, then the same from the fast path
+            assert answers() == stock
+    assert seen == [[(runner, ROWS, pin)], [pin], [2]]
+    assert answers() == stock
+
+
+@contextmanager
+def held_in_another_thread(
+    table: PinTable, inside: Callable[[], Any] = lambda: None
+) -> Iterator[Any]:
+    """``table`` open in a block of another thread (the wrappers installed, no pins in this one)
+    while the body runs; ``inside()`` runs in that block first, and the body gets its result."""
     entered, leave = threading.Event(), threading.Event()
-    inside: list[Any] = []
+    seen: list[Any] = []
 
     def hold() -> None:
         with fi_patches.pinned_tactics(table):
-            inside.extend(
-                [
-                    _ran(x, w),
-                    pinned.get_valid_tactics([x, w], None),
-                    plain.get_valid_tactics([x, w], None),
-                ]
-            )
+            seen.append(inside())
             entered.set()
             leave.wait()
 
@@ -658,14 +671,10 @@ def test_a_thread_without_pins_gets_flashinfers_own_answers_while_another_holds_
     holder.start()
     try:
         assert entered.wait(30)
-        assert AutoTuner.__dict__["search_cache"] is not stock_method  # the wrappers are in
-        for _ in range(2):  # decided, then the same from the fast path
-            assert answers() == stock
+        yield seen[0]
     finally:
         leave.set()
         holder.join()
-    assert inside == [[(runner, ROWS, pin)], [pin], [2]]
-    assert answers() == stock
 
 
 def _plain_runner() -> Any:
@@ -690,8 +699,6 @@ def test_process_wide_pins_serve_a_thread_without_a_block_while_another_holds_on
     without a block is served the process-wide pin, by the lookup and by the runner's own list
     (the context is read, then the process-wide tables), while the block's thread is served
     the block's."""
-    import threading
-
     from flashinfer.autotuner import AutoTuner
 
     toy_op.start(monkeypatch, 63)

@@ -13,10 +13,8 @@ pin does)."""
 from __future__ import annotations
 
 import sys
-import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +30,7 @@ from tests.test_engine_serving import (
     _pin_of,
     _serving,
     _warmed,
+    held_in_another_thread,
 )
 
 OURS = str(Path(fi_patches.__file__).resolve().parent)
@@ -84,26 +83,6 @@ def _work(call: Callable[[], Any]) -> Work:
     finally:
         sys.setprofile(None)
     return work
-
-
-@contextmanager
-def _other_thread_holds(table: Any) -> Iterator[None]:
-    """``table`` open in a block of another thread (the wrappers installed) while this runs."""
-    entered, leave = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with fi_patches.pinned_tactics(table):
-            entered.set()
-            leave.wait()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert entered.wait(30)
-        yield
-    finally:
-        leave.set()
-        holder.join()
 
 
 def _lookups(
@@ -159,7 +138,7 @@ def test_a_thread_without_pins_runs_the_wrappers_and_one_context_read(engine, mo
     the wrappers, reads its context once, and runs FlashInfer's lookup as stock does."""
     table, lookups = _lookups(engine, monkeypatch)
     stock = {case: _work(lookup) for case, lookup in lookups.items()}
-    with _other_thread_holds(table):
+    with held_in_another_thread(table):
         found = {case: _work(lookup) for case, lookup in lookups.items()}
     for case, work in found.items():
         assert set(work.ours) <= WRAPPERS and "lean" in work.ours, (case, work)
