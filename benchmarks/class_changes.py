@@ -32,6 +32,16 @@ PHASES = ((0, 5), (5, 20), (20, 60), (60, 120), (120, 300))
 CYCLES_MAX = 3000
 
 
+def type_tag(cls: type) -> int:
+    """CPython's type version tag of ``cls`` (0: none, and from Python 3.12 a class that used
+    up its tags gets none again), read after a lookup, which gives the class a tag where CPython
+    still can. Raises ImportError on an interpreter built without its test API."""
+    import _testcapi  # type: ignore[import-not-found]
+
+    getattr(cls, "_fi_patches_no_such_attribute", None)
+    return int(_testcapi.type_get_version(cls))
+
+
 def lookup_phases(rounds: int) -> int:
     import flashinfer
     import pytest
@@ -120,7 +130,7 @@ def version_tags() -> int:
     from fi_patches.patching import AttributePatch
 
     try:
-        import _testcapi  # type: ignore[import-not-found]
+        type_tag(object)
     except ImportError:
         print(f"Python {sys.version.split()[0]} has no _testcapi: the tags cannot be read")
         return 0
@@ -160,10 +170,6 @@ def version_tags() -> int:
             best = min(best, time.perf_counter() - start)
         return best / 100_000 * 1e9
 
-    def tag() -> int:
-        getattr(Tuner, "_no_such_attribute", None)  # a lookup assigns a tag where it still can
-        return int(_testcapi.type_get_version(Tuner))
-
     before = per_call_ns()
     patches = [AttributePatch(Tuner, n, make) for n in ("choose_one", "search_cache", "profile")]
     gone = None
@@ -174,7 +180,7 @@ def version_tags() -> int:
         for patch in patches:
             patch.revert()
         tuner.choose_one(1)
-        if gone is None and tag() == 0:
+        if gone is None and type_tag(Tuner) == 0:
             gone = cycle
     after = per_call_ns()
     print(

@@ -182,15 +182,11 @@ def _version_tags(runner_class: type) -> str:
     rows so far. Every block entered and left changes those classes; from Python 3.12 a class
     changed about a thousand times gets tag 0 and is never specialized again, so the rows after
     that point measure FlashInfer's code unspecialized, stock and every mode alike."""
+    from class_changes import type_tag  # benchmarks/ is this script's first path entry
+    from flashinfer.autotuner import AutoTuner
+
     try:
-        import _testcapi  # type: ignore[import-not-found]
-
-        from flashinfer.autotuner import AutoTuner
-
-        classes = (AutoTuner, runner_class)
-        for c in classes:  # a lookup gives a class a tag where CPython still can
-            getattr(c, "_fi_patches_no_such_attribute", None)
-        tags = [_testcapi.type_get_version(c) for c in classes]
+        tags = [type_tag(c) for c in (AutoTuner, runner_class)]
     except Exception as exc:  # an interpreter built without the test API
         return f"type version tags: not read ({type(exc).__name__})"
     gone = [n for n, t in zip(("AutoTuner", runner_class.__name__), tags, strict=True) if not t]
