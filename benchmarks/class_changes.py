@@ -8,7 +8,7 @@ fi_patches' wrappers sets attributes of FlashInfer's tuner and runner classes.
   more.
 * ``tags`` (no FlashInfer): fi_patches' own ``AttributePatch`` applied to and reverted from a
   plain class with three methods, with a call between; how many cycles until CPython gives the
-  class no type version tag (from Python 3.12 a class gets at most about a thousand), and what
+  class no type version tag (from Python 3.13 a class gets at most about a thousand), and what
   a method reading the class's attributes costs before and after. Run it under each Python.
 
     python benchmarks/class_changes.py lookup [--rounds 30]
@@ -33,7 +33,7 @@ CYCLES_MAX = 3000
 
 
 def type_tag(cls: type) -> int:
-    """CPython's type version tag of ``cls`` (0: none, and from Python 3.12 a class that used
+    """CPython's type version tag of ``cls`` (0: none, and from Python 3.13 a class that used
     up its tags gets none again), read after a lookup, which gives the class a tag where CPython
     still can. Raises ImportError on an interpreter built without its test API."""
     import _testcapi  # type: ignore[import-not-found]

@@ -179,7 +179,7 @@ def main() -> int:
 
 def _version_tags(runner_class: type) -> str:
     """CPython's type version tags of FlashInfer's tuner and of the runner's class after the
-    rows so far. Every block entered and left changes those classes; from Python 3.12 a class
+    rows so far. Every block entered and left changes those classes; from Python 3.13 a class
     changed about a thousand times gets tag 0 and is never specialized again, so the rows after
     that point measure FlashInfer's code unspecialized, stock and every mode alike."""
     from class_changes import type_tag  # benchmarks/ is this script's first path entry

@@ -253,7 +253,7 @@ def test_refresh_reads_a_pin_file_again_and_the_tables_in_force_follow(tmp_path,
 
 def test_installing_the_wrappers_over_and_over_is_warned_once(pins, caplog):
     """Blocks opened and left one after another install and remove the wrappers each time (each
-    rewrites FlashInfer's classes, which CPython 3.12+ stops specializing after about a thousand
+    rewrites FlashInfer's classes, which CPython 3.13+ stops specializing after about a thousand
     changes): the hundredth installation logs one warning saying how to hold pins instead; blocks
     opened inside a block that stays open install nothing and warn of nothing."""
     from fi_patches.pinning.installation import PINNING, REINSTALLS_WARNED
