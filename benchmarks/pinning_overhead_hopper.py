@@ -116,9 +116,17 @@ def main() -> int:
     )
     parser.add_argument("--rounds", type=int, default=101)
     parser.add_argument(
+        "--warm-calls",
+        type=int,
+        default=WARM_CALLS,
+        help=f"untimed calls before each timed batch (default {WARM_CALLS})",
+    )
+    parser.add_argument(
         "--out", default=None, help="folder for the lockfiles (default: a temp one)"
     )
     args = parser.parse_args()
+    global WARM_CALLS
+    WARM_CALLS = args.warm_calls
 
     import flashinfer
     import torch
@@ -132,8 +140,9 @@ def main() -> int:
     folder.mkdir(parents=True, exist_ok=True)
     print(
         f"FlashInfer {flashinfer.__version__}, {torch.cuda.get_device_name()}, get_valid_tactics "
-        f"of each op's runner at {ROWS} rows, thread CPU time, {args.rounds} alternating rounds; "
-        "us: best round; ratio: median of per-round ratios (verdict)"
+        f"of each op's runner at {ROWS} rows, thread CPU time, {args.rounds} alternating rounds, "
+        f"{WARM_CALLS} untimed calls before each batch; us: best round; ratio: median of "
+        "per-round ratios (verdict)"
     )
     print(f"{'op':<18}{'runner':<26}{'case':<10}{'stock us':>10}{'pinned us':>11}{'ratio':>8}  ok")
     for name in OPS:
