@@ -6,22 +6,29 @@ fi_patches' wrappers sets attributes of FlashInfer's tuner and runner classes.
   the same lookup made steady; medians per phase of the calls after, over many rounds. CPython
   re-specializes the code that reads a changed class, so the first calls after a change cost
   more.
+* ``parts`` (needs FlashInfer): the same stock lookup right after each part of what a block
+  changes, one at a time (``AutoTuner``'s three methods, ``TunableRunner``'s temporary
+  ``__init_subclass__``, the pinned runner class's ``get_valid_tactics``), and after the
+  alternative for the tuner's part: the same methods set and deleted on the tuner instance.
 * ``tags`` (no FlashInfer): fi_patches' own ``AttributePatch`` applied to and reverted from a
   plain class with three methods, with a call between; how many cycles until CPython gives the
   class no type version tag (from Python 3.13 a class gets at most about a thousand), and what
   a method reading the class's attributes costs before and after. Run it under each Python.
 
     python benchmarks/class_changes.py lookup [--rounds 30]
+    python benchmarks/class_changes.py parts [--rounds 30]
     python3.13 benchmarks/class_changes.py tags
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +49,11 @@ def type_tag(cls: type) -> int:
     return int(_testcapi.type_get_version(cls))
 
 
-def lookup_phases(rounds: int) -> int:
+@contextlib.contextmanager
+def _toy_lookup() -> Iterator[tuple[Callable[[], list[float]], Any, Any]]:
+    """The tests' op tuned on FlashInfer's real tuner: yields ``(per_call, table, runner_class)``,
+    where ``per_call()`` times its stock serving lookup call by call (:data:`PHASES`, us) and
+    ``table`` pins one key of it to ``runner_class``."""
     import flashinfer
     import pytest
     from flashinfer.autotuner import AutoTuner
@@ -82,6 +93,18 @@ def lookup_phases(rounds: int) -> int:
                 out.append((time.thread_time_ns() - start) / 1000)
             return out
 
+        pinned = next(r for r in runners if type(r).__name__ == "ToySplitRunner")
+        yield per_call, table, type(pinned)
+    finally:
+        monkeypatch.undo()
+
+
+def lookup_phases(rounds: int) -> int:
+    import flashinfer
+
+    import fi_patches
+
+    with _toy_lookup() as (per_call, table, _):
         steady: list[list[float]] = []
         after: list[list[float]] = []
         inside: list[list[float]] = []
@@ -101,25 +124,106 @@ def lookup_phases(rounds: int) -> int:
             leave.set()
             holder.join()
             after.append(_phases(per_call()))  # its leaving just removed them
-    finally:
-        monkeypatch.undo()
     print(
         f"FlashInfer {flashinfer.__version__}, Python {sys.version.split()[0]}: the tests' op's "
         f"serving lookup, thread CPU time per call (us), median over {rounds} rounds per phase"
     )
+    _table(
+        steady,
+        [
+            ("stock, steady (the 300 calls before)", steady),
+            ("wrappers just installed (another thread)", inside),
+            ("stock, wrappers just removed", after),
+        ],
+    )
+    print("(ratios against the steady stock lookup's last phase)")
+    return 0
+
+
+def change_parts(rounds: int) -> int:
+    """The stock lookup after each part of what a block does to FlashInfer's classes, one part
+    at a time, against the same lookup after no change; and after the alternative for the
+    tuner's part: the same three methods set and deleted on the tuner instance, which leaves
+    its class as it was."""
+    import types
+
+    import flashinfer
+    from flashinfer.autotuner import AutoTuner, TunableRunner
+
+    import fi_patches
+    from fi_patches.internals import tuner as fi_tuner
+    from fi_patches.patching import AttributePatch
+
+    def make(original: Any, gate: Any) -> Any:
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            return original(self, *args, **kwargs)
+
+        return wrapper
+
+    names = [
+        i.name for i in (fi_tuner.SEARCH_CACHE, fi_tuner.CHOOSE_ONE, fi_tuner.PROFILE_SINGLE_KERNEL)
+    ]
+    with _toy_lookup() as (per_call, table, runner_class):
+        tuner = AutoTuner.get()
+
+        def block() -> None:
+            with fi_patches.pinned_tactics(table):
+                pass
+
+        def on_class() -> None:
+            patches = [AttributePatch(AutoTuner, name, make) for name in names]
+            for patch in patches:
+                patch.apply()
+            for patch in reversed(patches):
+                patch.revert()
+
+        def on_instance() -> None:
+            for name in names:
+                vars(tuner)[name] = types.MethodType(make(vars(AutoTuner)[name], None), tuner)
+            for name in names:
+                del vars(tuner)[name]
+
+        def subclass_hook() -> None:
+            type.__setattr__(TunableRunner, "__init_subclass__", classmethod(lambda cls: None))
+            type.__delattr__(TunableRunner, "__init_subclass__")
+
+        def runner_method() -> None:
+            patch = AttributePatch(runner_class, "get_valid_tactics", make)
+            patch.apply()
+            patch.revert()
+
+        parts: list[tuple[str, Callable[[], None]]] = [
+            ("no change", lambda: None),
+            ("a block entered and left (all of it)", block),
+            ("AutoTuner: 3 methods set, restored", on_class),
+            ("its instance instead: 3 set, deleted", on_instance),
+            ("TunableRunner.__init_subclass__", subclass_hook),
+            ("the pinned runner class's method", runner_method),
+        ]
+        rows: dict[str, list[list[float]]] = {name: [] for name, _ in parts}
+        for _ in range(rounds):
+            for name, change in parts:
+                per_call()  # steady before the change
+                change()
+                rows[name].append(_phases(per_call()))
+    print(
+        f"FlashInfer {flashinfer.__version__}, Python {sys.version.split()[0]}: the tests' op's "
+        f"stock serving lookup right after each change, thread CPU time per call (us), median "
+        f"over {rounds} rounds per phase"
+    )
+    _table(rows["no change"], list(rows.items()))
+    print("(ratios against the lookup after no change, last phase)")
+    return 0
+
+
+def _table(base_rows: list[list[float]], named: list[tuple[str, list[list[float]]]]) -> None:
     header = "".join(f"{f'calls {a}-{b}':>14}" for a, b in PHASES)
     print(f"{'':<44}{header}")
-    base = [statistics.median(col) for col in zip(*steady, strict=True)]
-    for name, rows in (
-        ("stock, steady (the 300 calls before)", steady),
-        ("wrappers just installed (another thread)", inside),
-        ("stock, wrappers just removed", after),
-    ):
+    base = [statistics.median(col) for col in zip(*base_rows, strict=True)]
+    for name, rows in named:
         cols = [statistics.median(col) for col in zip(*rows, strict=True)]
         cells = "".join(f"{c:>8.2f} {c / base[-1]:4.2f}x" for c in cols)
         print(f"{name:<44}{cells}")
-    print("(ratios against the steady stock lookup's last phase)")
-    return 0
 
 
 def _phases(values: list[float]) -> list[float]:
@@ -202,10 +306,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("what", choices=("lookup", "tags"))
+    parser.add_argument("what", choices=("lookup", "parts", "tags"))
     parser.add_argument("--rounds", type=int, default=30)
     args = parser.parse_args()
-    return lookup_phases(args.rounds) if args.what == "lookup" else version_tags()
+    if args.what == "lookup":
+        return lookup_phases(args.rounds)
+    return change_parts(args.rounds) if args.what == "parts" else version_tags()
 
 
 if __name__ == "__main__":
