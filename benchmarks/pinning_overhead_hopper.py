@@ -34,11 +34,15 @@ ROWS = 8
 TARGET_UNPINNED, TARGET_PINNED = 1.05, 1.00  # issue 30: get_valid_tactics of a pinned runner
 TARGET_SERVING = 1.02
 """A serving call's host time in every mode: within this of stock's (issue 30)."""
-WARM_CALLS = 20
+WARM_CALLS = 200
 """Untimed calls before each timed batch, stock and every mode alike. Entering a mode installs
-wrappers (class attributes change, so CPython re-specializes the call sites) and its first call
-decides the key; the rows measure the steady per-call cost a server pays, not that one-time
-cost (as ``benchmarks/pinning_overhead.py`` does)."""
+wrappers and leaving it removes them (class attributes change, so CPython re-specializes the
+code that reads them) and its first call decides the key; the rows measure the steady per-call
+cost a server pays, not that one-time cost (as ``benchmarks/pinning_overhead.py`` does). After
+a block, FlashInfer's stock lookup takes about 120 calls to get back to its steady cost
+(``benchmarks/class_changes.py``, Python 3.11), so fewer warm calls would time part of that in
+every mode (each follows an installation) and in only some stock batches (those that follow a
+removal). It was 20 until 2026-12-06."""
 BATCH_S = 10e-3
 """About how long one timed batch runs: a serving call takes 0.1-0.3 ms of host time, so a
 batch holds 30-100 calls."""
