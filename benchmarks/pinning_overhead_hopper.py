@@ -129,8 +129,7 @@ def main() -> int:
         "--out", default=None, help="folder for the lockfiles (default: a temp one)"
     )
     args = parser.parse_args()
-    global WARM_CALLS
-    WARM_CALLS = args.warm_calls
+    warm = args.warm_calls
 
     import flashinfer
     import torch
@@ -145,7 +144,7 @@ def main() -> int:
     print(
         f"FlashInfer {flashinfer.__version__}, {torch.cuda.get_device_name()}, get_valid_tactics "
         f"of each op's runner at {ROWS} rows, thread CPU time, {args.rounds} alternating rounds, "
-        f"{WARM_CALLS} untimed calls before each batch; us: best round; ratio: median of "
+        f"{warm} untimed calls before each batch; us: best round; ratio: median of "
         "per-round ratios (verdict)"
     )
     print(f"{'op':<18}{'runner':<26}{'case':<10}{'stock us':>10}{'pinned us':>11}{'ratio':>8}  ok")
@@ -169,9 +168,9 @@ def main() -> int:
         ):
             stock, ours, ratios = float("inf"), float("inf"), []
             for _ in range(args.rounds):
-                s = _timed(runner, inputs, number)
+                s = _timed(runner, inputs, number, warm)
                 with fi_patches.pinned_tactics(table):
-                    o = _timed(runner, inputs, number)
+                    o = _timed(runner, inputs, number, warm)
                 stock, ours = min(stock, s), min(ours, o)
                 ratios.append(o / s)
             ratio = statistics.median(ratios)
@@ -181,7 +180,9 @@ def main() -> int:
                 f"{ours * 1e6:>11.2f}{ratio:>8.3f}  {ok} (<= {target:.2f})"
             )
         for label, weight in (("pinned", PINNED), ("unpinned", UNPINNED)):
-            _serving_rows(fi_patches, flashinfer, torch, name, table, weight, label, args.rounds)
+            _serving_rows(
+                fi_patches, flashinfer, torch, name, table, weight, label, args.rounds, warm
+            )
         print(
             f"{'':<18}{'':<26}offered in the block for the pinned key: {len(offered)} of "
             f"{len(stock_list)} stock tactics ({len(table.entries('pin'))} [[pin]] entries)"
@@ -216,6 +217,7 @@ def _serving_rows(
     weight: tuple[int, int],
     label: str,
     rounds: int,
+    warm: int,
 ) -> None:
     """Host time of a whole serving call of ``name`` for ``weight`` (the lockfile's pinned one or
     another), stock vs each serving mode; preseed only serves pinned keys differently, so it is
@@ -243,7 +245,7 @@ def _serving_rows(
             leave.wait()
 
     def timed() -> float:
-        return _timed_calls(flashinfer, torch, op, backend, a, w, calls)
+        return _timed_calls(flashinfer, torch, op, backend, a, w, calls, warm)
 
     order = random.Random(rounds)  # each round runs stock and the modes in its own order
     for _ in range(rounds):
@@ -302,11 +304,11 @@ def _once_call(flashinfer: Any, torch: Any, op: str, backend: str, a: Any, w: An
 
 
 def _timed_calls(
-    flashinfer: Any, torch: Any, op: str, backend: str, a: Any, w: Any, number: int
+    flashinfer: Any, torch: Any, op: str, backend: str, a: Any, w: Any, number: int, warm: int
 ) -> float:
-    """Host CPU time per call of ``number`` serving calls after :data:`WARM_CALLS` untimed ones
-    (the GPU drained before and after)."""
-    for _ in range(WARM_CALLS):
+    """Host CPU time per call of ``number`` serving calls after ``warm`` untimed ones (the GPU
+    drained before and after)."""
+    for _ in range(warm):
         _call(flashinfer, torch, op, backend, a, w)
     torch.cuda.synchronize()
     clock = timeit.Timer(
@@ -317,8 +319,8 @@ def _timed_calls(
     return took
 
 
-def _timed(runner: Any, inputs: Any, number: int) -> float:
-    for _ in range(WARM_CALLS):
+def _timed(runner: Any, inputs: Any, number: int, warm: int) -> float:
+    for _ in range(warm):
         runner.get_valid_tactics(inputs, None)
     clock = timeit.Timer(lambda: runner.get_valid_tactics(inputs, None), timer=time.thread_time)
     return clock.timeit(number=number) / number
