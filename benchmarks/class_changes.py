@@ -154,12 +154,6 @@ def change_parts(rounds: int) -> int:
     from fi_patches.internals import tuner as fi_tuner
     from fi_patches.patching import AttributePatch
 
-    def make(original: Any, gate: Any) -> Any:
-        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-            return original(self, *args, **kwargs)
-
-        return wrapper
-
     names = [
         i.name for i in (fi_tuner.SEARCH_CACHE, fi_tuner.CHOOSE_ONE, fi_tuner.PROFILE_SINGLE_KERNEL)
     ]
@@ -171,7 +165,7 @@ def change_parts(rounds: int) -> int:
                 pass
 
         def on_class() -> None:
-            patches = [AttributePatch(AutoTuner, name, make) for name in names]
+            patches = [AttributePatch(AutoTuner, name, _pass_through) for name in names]
             for patch in patches:
                 patch.apply()
             for patch in reversed(patches):
@@ -179,7 +173,9 @@ def change_parts(rounds: int) -> int:
 
         def on_instance() -> None:
             for name in names:
-                vars(tuner)[name] = types.MethodType(make(vars(AutoTuner)[name], None), tuner)
+                vars(tuner)[name] = types.MethodType(
+                    _pass_through(vars(AutoTuner)[name], None), tuner
+                )
             for name in names:
                 del vars(tuner)[name]
 
@@ -188,7 +184,7 @@ def change_parts(rounds: int) -> int:
             type.__delattr__(TunableRunner, "__init_subclass__")
 
         def runner_method() -> None:
-            patch = AttributePatch(runner_class, "get_valid_tactics", make)
+            patch = AttributePatch(runner_class, "get_valid_tactics", _pass_through)
             patch.apply()
             patch.revert()
 
@@ -226,6 +222,16 @@ def _table(base_rows: list[list[float]], named: list[tuple[str, list[list[float]
         print(f"{name:<44}{cells}")
 
 
+def _pass_through(original: Any, gate: Any) -> Any:
+    """A replacement factory of fi_patches' form (``make(original, gate)``) whose wrapper only
+    calls the original: what changing the class costs, without any wrapper's own work."""
+
+    def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        return original(self, *args, **kwargs)
+
+    return wrapper
+
+
 def _phases(values: list[float]) -> list[float]:
     return [statistics.median(values[a:b]) for a, b in PHASES]
 
@@ -257,12 +263,6 @@ def version_tags() -> int:
         def profile(self) -> None:
             return None
 
-    def make(original: Any, gate: Any) -> Any:
-        def wrapper(self: Any, *args: Any) -> Any:
-            return original(self, *args)
-
-        return wrapper
-
     tuner = Tuner()
 
     def per_call_ns() -> float:
@@ -275,7 +275,9 @@ def version_tags() -> int:
         return best / 100_000 * 1e9
 
     before = per_call_ns()
-    patches = [AttributePatch(Tuner, n, make) for n in ("choose_one", "search_cache", "profile")]
+    patches = [
+        AttributePatch(Tuner, n, _pass_through) for n in ("choose_one", "search_cache", "profile")
+    ]
     gone = None
     for cycle in range(1, CYCLES_MAX + 1):
         for patch in patches:
@@ -309,9 +311,9 @@ def main() -> int:
     parser.add_argument("what", choices=("lookup", "parts", "tags"))
     parser.add_argument("--rounds", type=int, default=30)
     args = parser.parse_args()
-    if args.what == "lookup":
-        return lookup_phases(args.rounds)
-    return change_parts(args.rounds) if args.what == "parts" else version_tags()
+    if args.what == "tags":
+        return version_tags()
+    return (lookup_phases if args.what == "lookup" else change_parts)(args.rounds)
 
 
 if __name__ == "__main__":
