@@ -151,13 +151,16 @@ class AttributePatch:
         prefix = f"{module}." if module and module != owner else ""
         return f"{prefix}{owner}.{self.name}"
 
+    def check(self) -> None:
+        """Raise what :meth:`apply` would for an attribute the owner does not define itself."""
+        if self.name not in vars(self.owner):
+            raise AttributeError(f"{self.describe()} is not defined on {self.owner!r} itself")
+
     def apply(self) -> None:
         if self.active:
             return
-        namespace = vars(self.owner)
-        if self.name not in namespace:
-            raise AttributeError(f"{self.describe()} is not defined on {self.owner!r} itself")
-        self._original = namespace[self.name]
+        self.check()
+        self._original = vars(self.owner)[self.name]
         self._installed = self.make(self._original, self)
         setattr(self.owner, self.name, self._installed)
         self.active = True
@@ -174,6 +177,118 @@ class AttributePatch:
                 "%s was replaced by another patch after fi_patches wrapped it; leaving it in place "
                 "(the fi_patches layer inside it is now a pass-through)",
                 self.describe(),
+            )
+        self._installed = None
+
+
+class WhileFlagged:
+    """Keeps ``inner`` applied only while some instance of ``owner`` has its attribute ``flag``
+    set to a true value, so a wrapper that acts only then costs nothing the rest of the time.
+
+    A ``__setattr__`` of fi_patches' own on ``owner`` (the class's own, or the one it inherits,
+    does the assignment first) sees each assignment of ``flag`` and applies or reverts
+    ``inner`` when the first instance sets it or the last one clears it; ``instances()`` names
+    the instances that may have set it before this patch was applied. Revert removes both.
+    Applying ``inner`` on an assignment never raises into the assigning code: a failure is
+    logged once and the assignment stands."""
+
+    def __init__(
+        self,
+        owner: type,
+        flag: str,
+        inner: AttributePatch,
+        instances: Callable[[], Iterable[Any]],
+    ) -> None:
+        self.owner = owner
+        self.flag = flag
+        self.inner = inner
+        self.instances = instances
+        self.active = False
+        self._lock = threading.RLock()
+        self._set: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._had_own = False
+        self._original: Any = None
+        self._installed: Any = None
+
+    def describe(self) -> str:
+        return f"{self.inner.describe()} (while {self.owner.__qualname__}.{self.flag} is set)"
+
+    def apply(self) -> None:
+        if self.active:
+            return
+        self.inner.check()
+        # Read before the hook is installed and outside the lock: an instance created now runs
+        # its own assignments through the hook (and FlashInfer creates its tuner under a lock).
+        known = list(self.instances())
+        namespace = vars(self.owner)
+        self._had_own = "__setattr__" in namespace
+        self._original = namespace.get("__setattr__")
+        setter: Any = self.owner.__setattr__  # what assigns now: the class's own or inherited
+        flag, watch = self.flag, self
+
+        def __setattr__(obj: Any, name: str, value: Any) -> None:
+            setter(obj, name, value)
+            if name == flag:
+                watch._changed(obj, value)
+
+        __setattr__.__wrapped__ = setter  # type: ignore[attr-defined]
+        with self._lock:
+            type.__setattr__(self.owner, "__setattr__", __setattr__)
+            self._installed = __setattr__
+            try:
+                self._set = weakref.WeakSet(x for x in known if getattr(x, flag, False))
+                if self._set:
+                    self.inner.apply()
+            except BaseException:
+                self._remove_hook()
+                raise
+            self.active = True
+
+    def _changed(self, obj: Any, value: Any) -> None:
+        try:
+            with self._lock:
+                if not self.active:
+                    return
+                if value:
+                    self._set.add(obj)
+                else:
+                    self._set.discard(obj)
+                if self._set and not self.inner.active:
+                    self.inner.apply()
+                elif not self._set and self.inner.active:
+                    self.inner.revert()
+        except Exception:
+            log_once(
+                logger,
+                logging.ERROR,
+                f"flag:{self.describe()}",
+                "fi_patches could not follow %s.%s; %s stays as it is",
+                self.owner.__qualname__,
+                self.flag,
+                self.inner.describe(),
+                exc_info=True,
+            )
+
+    def revert(self) -> None:
+        with self._lock:
+            if not self.active:
+                return
+            self.active = False
+            self._remove_hook()
+            self.inner.revert()
+            self._set = weakref.WeakSet()
+
+    def _remove_hook(self) -> None:
+        if vars(self.owner).get("__setattr__") is self._installed:
+            if self._had_own:
+                type.__setattr__(self.owner, "__setattr__", self._original)
+            else:
+                type.__delattr__(self.owner, "__setattr__")
+        else:
+            logger.warning(
+                "%s.__setattr__ was replaced after fi_patches wrapped it; leaving it in place "
+                "(the fi_patches layer inside it now does nothing)",
+                self.owner.__qualname__,
             )
         self._installed = None
 

@@ -34,10 +34,10 @@ from tests.test_engine_serving import (
 )
 
 OURS = str(Path(fi_patches.__file__).resolve().parent)
-WRAPPERS = {"choose_one", "lean", "search_cache"}
-"""fi_patches' wrappers a serving lookup passes through: ``choose_one``'s, and ``search_cache``'s
-(``lean``; ``search_cache`` is the shell a release whose method takes other parameters gets,
-which hands the call to ``lean``)."""
+WRAPPERS = {"lean", "search_cache"}
+"""fi_patches' wrapper a serving lookup passes through: ``search_cache``'s (``lean``;
+``search_cache`` is the shell a release whose method takes other parameters gets, which hands
+the call to ``lean``). ``choose_one``'s acts only while tuning, and is installed only then."""
 PIN_ANSWER = {"_served", "_same", "_kinds"}
 """What answering a remembered pinned key adds: the row's check that it was decided for these
 runners and inputs of these kinds."""

@@ -26,6 +26,7 @@ def _tuner_namespace() -> dict[str, Any]:
 
 
 def test_every_wrapper_of_a_block_unwraps_to_flashinfers_original(pinning, monkeypatch):
+    import flashinfer
     import flashinfer.autotuner as autotuner_package
     from flashinfer.autotuner import AutoTuner
 
@@ -45,7 +46,15 @@ def test_every_wrapper_of_a_block_unwraps_to_flashinfers_original(pinning, monke
     pin = lowlat.non_split_alternative(N, K, 8)
     with fi_patches.pinned_tactics(lowlat.table(lowlat.entry(N, K, 5, 8, pin))):
         assert lowlat.offered(runner, N, K, 8) == [pin]  # the wrappers are live
-        installed = {name: vars(AutoTuner)[name] for name in tuner_names}
+        # choose_one's wrapper acts only while tuning: installed while the tuner's flag is set.
+        assert vars(AutoTuner)["choose_one"] is tuner_before["choose_one"]
+        with flashinfer.autotune(True):
+            installed = {name: vars(AutoTuner)[name] for name in tuner_names}
+        assert vars(AutoTuner)["choose_one"] is tuner_before["choose_one"]
+        # The flag's watcher: FlashInfer's tuner defines no __setattr__ of its own.
+        assert "__setattr__" not in tuner_before
+        watcher = vars(AutoTuner)["__setattr__"]
+        assert watcher.__wrapped__ is object.__setattr__
         installed.update({name: vars(tuner_module)[name] for name in module_names})
         installed["setter"] = vars(autotuner_package)[fi_tuner.SET_GROUP]
         installed["get_valid_tactics"] = vars(runner_class)["get_valid_tactics"]

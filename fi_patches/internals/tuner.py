@@ -99,10 +99,16 @@ def probe_config() -> Any:
     return TUNING_CONFIG_CLASS.resolve()(dynamic_tensor_specs=(spec,))
 
 
+TUNING_FLAG = "is_tuning_mode"
+"""The tuner instance's attribute that says it is tuning. ``flashinfer.autotune()`` assigns it
+on entry and exit (0.6.18.post1 to 0.7.4), so fi_patches installs its ``choose_one`` wrapper,
+which acts only while tuning, on those assignments (:data:`AUTOTUNER_GET`'s check probes it)."""
+
+
 def _check_tuner_get(get: Any) -> str | None:
     instance = get()
-    if not isinstance(getattr(instance, "is_tuning_mode", None), bool):
-        return "the tuner it returns has no boolean is_tuning_mode"
+    if not isinstance(getattr(instance, TUNING_FLAG, None), bool):
+        return f"the tuner it returns has no boolean {TUNING_FLAG}"
     return None
 
 
@@ -259,7 +265,8 @@ CHOOSE_ONE = Internal(
     ENGINE,
     params=("custom_op", "runners", "tuning_config", "inputs"),
 )
-"""Every tuned op's entry: while tuning, fi_patches notes the op and its runners here."""
+"""Every tuned op's entry: while tuning, fi_patches notes the op and its runners here (the
+wrapper is installed only while the tuner's :data:`TUNING_FLAG` is set)."""
 
 SEARCH_CACHE = Internal(
     "search_cache",
@@ -438,7 +445,7 @@ def autotuner_class() -> type:
 
 def is_tuning(instance: Any) -> bool:
     """Whether the tuner is inside ``flashinfer.autotune(True)``."""
-    return bool(instance.is_tuning_mode)
+    return bool(getattr(instance, TUNING_FLAG))
 
 
 def nearest_profile(instance: Any, shapes: Any, config: Any) -> tuple[tuple[int, ...], ...]:

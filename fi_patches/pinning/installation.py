@@ -9,8 +9,11 @@ opened before it that leaves afterwards releases nothing, so it never tears down
 of a block opened after a later ``enable()``.
 
 The engine's installation (:data:`PINNING`) patches FlashInfer's tuner (``search_cache``,
-``choose_one``, the profiling call) and wraps ``get_valid_tactics`` of the runner classes the
-tables in force name, and of every runner of an op those tables pin while it is tuned.
+the profiling call, and ``choose_one`` while the tuner is tuning) and wraps
+``get_valid_tactics`` of the runner classes the tables in force name, and of every runner of an
+op those tables pin while it is tuned. ``choose_one``'s wrapper acts only while tuning, so it is
+installed when ``flashinfer.autotune()`` sets the tuner's tuning flag and removed when it clears
+it: a serving call (every call of a tuned op) passes through one wrapper of fi_patches', not two.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 
 from fi_patches._logging import get_logger, log_once
 from fi_patches.internals import tuner as fi_tuner
-from fi_patches.patching import AttributePatch, PatchSet, RunnerMethodPatch
+from fi_patches.patching import AttributePatch, PatchSet, RunnerMethodPatch, WhileFlagged
 from fi_patches.pinning.narrowing import valid_tactics_replacement
 from fi_patches.pinning.serving import choose_one_replacement, profile_replacement
 from fi_patches.pinning.tuner_cache import search_cache_replacement
@@ -165,8 +168,13 @@ def _build() -> PatchSet:
     patches = PatchSet(
         [
             AttributePatch(tuner_class, fi_tuner.SEARCH_CACHE.name, search_cache_replacement),
-            AttributePatch(
-                tuner_class, fi_tuner.CHOOSE_ONE.name, choose_one_replacement(_wrap_runners)
+            WhileFlagged(
+                tuner_class,
+                fi_tuner.TUNING_FLAG,
+                AttributePatch(
+                    tuner_class, fi_tuner.CHOOSE_ONE.name, choose_one_replacement(_wrap_runners)
+                ),
+                lambda: [fi_tuner.tuner()],
             ),
             AttributePatch(tuner_class, fi_tuner.PROFILE_SINGLE_KERNEL.name, profile_replacement),
             runners,
