@@ -4,7 +4,8 @@ runner of ``mm_bf16`` (cuDNN, cuBLASLt) and ``bmm_fp8`` (cuBLAS, cuDNN), stock v
 weight of the same runner, the unpinned problem of a pinned runner); and the host time of a
 serving call of the op itself (its tuner lookup and launch, the GPU left to run), stock vs
 each serving mode: process-wide pins, a narrowing block, a preseed block, and another thread's
-block (none in this one), for the pinned weight and another.
+block (none in this one), for the pinned weight and another; and two reference rows: stock
+beside an idle thread, and the floor (a bare pass-through wrapper of FlashInfer's lookup).
 
 The lockfile is what users make: one ``autotune(True, cache=...)`` of each op at 8 rows of a
 (4096, 4096) weight, then ``python -m fi_patches pins record``. The runner and its inputs are
@@ -18,6 +19,7 @@ Needs a CUDA GPU FlashInfer serves these ops on (sm_90 and newer):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import random
 import statistics
 import subprocess
@@ -25,6 +27,7 @@ import sys
 import tempfile
 import time
 import timeit
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +53,10 @@ SERVING_MODES = ("process-wide", "narrow", "preseed", "other thread")
 IDLE_THREAD = "idle thread"
 """A reference row, stock with no wrapper installed while another thread waits as the "other
 thread" mode's holder does (no block): what a second thread alone costs this one."""
+FLOOR = "floor"
+"""A reference row: a bare ``search_cache`` wrapper (FlashInfer's parameters; it calls
+FlashInfer's method and does nothing else), installed around its batch alone, no pins: the least
+any wrapper of FlashInfer's lookup costs a serving call, to read the modes' rows against."""
 """process-wide: ``register_pins`` + ``enable()`` (what FI_PATCHES_PINS and the host plugins
 run); narrow, preseed: a ``pinned_tactics`` block of that mode; other thread: another thread
 holds a block, this one has none (the wrappers installed, nothing pinned here)."""
@@ -82,11 +89,11 @@ def _handed(flashinfer: Any, torch: Any, op: str, backend: str, n: int, k: int) 
         seen.append((runners[0], list(inputs)))
         return original(self, custom_op, runners, config, inputs, **kw)
 
-    AutoTuner.choose_one = spy  # type: ignore[method-assign]
+    AutoTuner.choose_one = spy  # type: ignore[method-assign, assignment]
     try:
         _call(flashinfer, torch, op, backend, *_operands(torch, op, ROWS, n, k))
     finally:
-        AutoTuner.choose_one = original  # type: ignore[method-assign]
+        AutoTuner.choose_one = original  # type: ignore[method-assign, assignment]
     return seen[0]
 
 
@@ -230,7 +237,7 @@ def _serving_rows(
     a, w = _operands(torch, op, ROWS, *weight)
     calls = max(1, int(BATCH_S / max(1e-7, _once_call(flashinfer, torch, op, backend, a, w))))
     modes = [m for m in SERVING_MODES if not (m == "preseed" and label == "unpinned")]
-    modes.append(IDLE_THREAD)
+    modes += [IDLE_THREAD, FLOOR]
     stock_rounds: list[float] = []
     timings: dict[str, list[float]] = {m: [] for m in modes}
     entered, leave = threading.Event(), threading.Event()
@@ -271,13 +278,16 @@ def _serving_rows(
                     holder.join()
                     entered.clear()
                     leave.clear()
+            elif mode == FLOOR:
+                with _bare_search_cache():
+                    timings[mode].append(timed())
             else:
                 with fi_patches.pinned_tactics(table, mode=mode):
                     timings[mode].append(timed())
     for mode, values in timings.items():
         ratio = statistics.median(o / s for o, s in zip(values, stock_rounds, strict=True))
-        verdict = "- (reference: stock)"
-        if mode != IDLE_THREAD:
+        verdict = "- (reference: stock)" if mode == IDLE_THREAD else "- (reference: floor)"
+        if mode not in (IDLE_THREAD, FLOOR):
             ok = "yes" if ratio <= TARGET_SERVING else "NO"
             verdict = f"{ok} (<= {TARGET_SERVING:.2f})"
         print(
@@ -285,6 +295,30 @@ def _serving_rows(
             f"{min(values) * 1e6:>11.2f}{ratio:>8.3f}  {verdict}",
             flush=True,
         )
+
+
+@contextlib.contextmanager
+def _bare_search_cache() -> Iterator[None]:
+    """FlashInfer's ``search_cache`` behind a wrapper that only calls it (see :data:`FLOOR`)."""
+    from flashinfer.autotuner import AutoTuner
+
+    original = vars(AutoTuner)["search_cache"]
+
+    def search_cache(
+        self: Any,
+        custom_op: Any,
+        runners: Any,
+        input_shapes: Any,
+        tuning_config: Any,
+        inputs: Any = None,
+    ) -> Any:
+        return original(self, custom_op, runners, input_shapes, tuning_config, inputs)
+
+    AutoTuner.search_cache = search_cache  # type: ignore[method-assign, assignment]
+    try:
+        yield
+    finally:
+        AutoTuner.search_cache = original  # type: ignore[method-assign, assignment]
 
 
 def _once(runner: Any, inputs: Any) -> float:
