@@ -14,8 +14,9 @@ own ``get_valid_tactics``, past fi_patches' wrapper, answers it.
 While tuning, FlashInfer's ``choose_one`` is followed (:class:`Call`): the op being tuned, its
 effective tuning config and what each of its runners may profile, noted for the other wrappers;
 and the profiling call times nothing a pinned key was not offered (``autotune_v2`` races the
-default tactic beside the runners' lists: for a pinned key it is not timed). Outside tuning both
-wrappers are a pass-through at the cost of one attribute read.
+default tactic beside the runners' lists: for a pinned key it is not timed). Outside tuning the
+``choose_one`` wrapper is not installed at all (:mod:`fi_patches.pinning.installation` installs
+it while the tuner's flag is set), and FlashInfer makes no profiling call.
 
 A runner is asked which tactics it offers for an MXFP8 problem with inputs shaped as
 ``mm_mxfp8`` hands them over (:func:`mxfp8_runner_inputs`): only the activation is a real
@@ -241,7 +242,7 @@ def choose_one_replacement(wrap_runners: Callable[[Any], None]) -> Any:
         def choose_one(
             self: Any, custom_op: Any, runners: Any, tuning_config: Any, inputs: Any, **kwargs: Any
         ) -> Any:
-            if not self.is_tuning_mode or not gate.active:  # serving: pass straight through
+            if not self.is_tuning_mode or not gate.active:  # tuning just ended, or reverted
                 if kwargs:
                     return original(self, custom_op, runners, tuning_config, inputs, **kwargs)
                 return original(self, custom_op, runners, tuning_config, inputs)
