@@ -10,6 +10,8 @@ applied, never at ``import fi_patches``); a hot-path wrapper is a plain function
 
 :class:`RunnerMethodPatch` wraps a method on FlashInfer runner classes by name, those that exist
 now and those created later, and on any runner class handed over while the patch is applied.
+:class:`WhileFlagged` keeps a patch applied only while an instance attribute of its owner is set
+(the tuner's tuning flag), so a wrapper needed only then is off every other call's path.
 
 FlashInfer builds its CuTe DSL runner classes inside factory functions (one class per call
 before 0.7.4, one per ``lru_cache`` key from 0.7.4), so there is no module attribute to patch
@@ -206,6 +208,8 @@ class WhileFlagged:
         self.active = False
         self._lock = threading.RLock()
         self._set: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._sticky = False
+        """Set once a flagged instance took no weak reference: ``inner`` then stays applied."""
         self._had_own = False
         self._original: Any = None
         self._installed: Any = None
@@ -236,26 +240,38 @@ class WhileFlagged:
             type.__setattr__(self.owner, "__setattr__", __setattr__)
             self._installed = __setattr__
             try:
-                self._set = weakref.WeakSet(x for x in known if getattr(x, flag, False))
-                if self._set:
+                wanted = False
+                for instance in known:
+                    if getattr(instance, flag, False):
+                        wanted = self._note(instance, True)
+                if wanted:
                     self.inner.apply()
             except BaseException:
                 self._remove_hook()
+                self._set, self._sticky = weakref.WeakSet(), False
                 raise
             self.active = True
+
+    def _note(self, obj: Any, value: Any) -> bool:
+        """Record that ``obj`` set the flag to ``value``; whether ``inner`` is wanted now."""
+        if value:
+            try:
+                self._set.add(obj)
+            except TypeError:  # takes no weak reference: keep ``inner`` from now on
+                self._sticky = True
+        else:
+            self._set.discard(obj)
+        return self._sticky or len(self._set) > 0
 
     def _changed(self, obj: Any, value: Any) -> None:
         try:
             with self._lock:
                 if not self.active:
                     return
-                if value:
-                    self._set.add(obj)
-                else:
-                    self._set.discard(obj)
-                if self._set and not self.inner.active:
+                wanted = self._note(obj, value)
+                if wanted and not self.inner.active:
                     self.inner.apply()
-                elif not self._set and self.inner.active:
+                elif not wanted and self.inner.active:
                     self.inner.revert()
         except Exception:
             log_once(
@@ -277,6 +293,7 @@ class WhileFlagged:
             self._remove_hook()
             self.inner.revert()
             self._set = weakref.WeakSet()
+            self._sticky = False
 
     def _remove_hook(self) -> None:
         if vars(self.owner).get("__setattr__") is self._installed:
