@@ -13,7 +13,7 @@ pins while another holds a block (one wrapper that reads its context, ``search_c
 
 Runs on CPU with the real FlashInfer (targets sm_103 offline through FI_PATCHES_DEVICE).
 Ratios are against stock FlashInfer measured in the same run, in this thread's CPU time, over
-many short rounds, each batch after a few untimed calls (on a shared 2-core VM, batches of
+many short rounds, each batch after 200 untimed calls (on a shared 2-core VM, batches of
 2,000 calls moved a verdict by up to 0.07 between runs, batches of 200 by under 0.01).
     python benchmarks/pinning_overhead.py [--repeat 151] [--number 200]
 """
@@ -39,8 +39,12 @@ TARGET_UNPINNED = 1.05
 TARGET_PINNED = 1.00
 TARGET_OTHER_THREAD = 1.02
 TARGET_IMPORT_MS = 20.0
-WARM_CALLS = 50
-"""Untimed calls before each timed batch (of stock and patched runs alike)."""
+WARM_CALLS = 200
+"""Untimed calls before each timed batch (of stock and patched runs alike). Entering a mode
+installs wrappers and leaving it removes them; FlashInfer's stock lookup takes about 120 calls
+to be steady again after such a change (``benchmarks/class_changes.py``, Python 3.11), so with
+fewer, every mode's batch would time part of that transient and only some stock batches would.
+It was 50 until 2026-12-06 (``benchmarks/pinning_overhead_hopper.py`` waits 200 too)."""
 
 
 def inputs(n: int, k: int, rows: int) -> list:
@@ -376,7 +380,7 @@ def main() -> int:
         return stock_method(self, inputs, profile)
 
     def timed(fn) -> float:
-        # A few untimed calls first, on every side alike: entering a block installs wrappers
+        # Untimed calls first, on every side alike: entering a block installs wrappers
         # (class attributes change, so CPython re-specializes the call sites once), and the
         # rows measure the steady per-call cost a server pays, not that one-time cost.
         for _ in range(WARM_CALLS):
