@@ -232,6 +232,32 @@ def _pass_through(original: Any, gate: Any) -> Any:
     return wrapper
 
 
+@contextlib.contextmanager
+def bare_search_cache() -> Iterator[None]:
+    """FlashInfer's ``AutoTuner.search_cache`` behind a wrapper that only calls it, with its
+    parameters: the floor any wrapper of FlashInfer's lookup costs (the serving benchmarks'
+    floor rows). Restored on exit."""
+    from flashinfer.autotuner import AutoTuner
+
+    original = vars(AutoTuner)["search_cache"]
+
+    def search_cache(
+        self: Any,
+        custom_op: Any,
+        runners: Any,
+        input_shapes: Any,
+        tuning_config: Any,
+        inputs: Any = None,
+    ) -> Any:
+        return original(self, custom_op, runners, input_shapes, tuning_config, inputs)
+
+    AutoTuner.search_cache = search_cache  # type: ignore[method-assign, assignment]
+    try:
+        yield
+    finally:
+        AutoTuner.search_cache = original  # type: ignore[method-assign, assignment]
+
+
 def _phases(values: list[float]) -> list[float]:
     return [statistics.median(values[a:b]) for a, b in PHASES]
 
