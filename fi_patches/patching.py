@@ -183,6 +183,24 @@ class AttributePatch:
         self._installed = None
 
 
+_INHERITED = object()
+"""What a class's own namespace held for an attribute when it only inherited it."""
+
+
+def _put_back(cls: type, name: str, installed: Any, own: Any) -> bool:
+    """Restore ``cls.name`` to ``own``, what the class's own namespace held before fi_patches
+    set ``installed`` there (deleting the attribute where ``own`` is :data:`_INHERITED`), if
+    ``installed`` is still there; False, leaving it in place, when something replaced it after
+    us."""
+    if vars(cls).get(name) is not installed:
+        return False
+    if own is _INHERITED:
+        type.__delattr__(cls, name)
+    else:
+        type.__setattr__(cls, name, own)
+    return True
+
+
 class WhileFlagged:
     """Keeps ``inner`` applied only while some instance of ``owner`` has its attribute ``flag``
     set to a true value, so a wrapper that acts only then costs nothing the rest of the time.
@@ -210,8 +228,7 @@ class WhileFlagged:
         self._set: weakref.WeakSet[Any] = weakref.WeakSet()
         self._sticky = False
         """Set once a flagged instance took no weak reference: ``inner`` then stays applied."""
-        self._had_own = False
-        self._original: Any = None
+        self._own: Any = _INHERITED
         self._installed: Any = None
 
     def describe(self) -> str:
@@ -224,9 +241,7 @@ class WhileFlagged:
         # Read before the hook is installed and outside the lock: an instance created now runs
         # its own assignments through the hook (and FlashInfer creates its tuner under a lock).
         known = list(self.instances())
-        namespace = vars(self.owner)
-        self._had_own = "__setattr__" in namespace
-        self._original = namespace.get("__setattr__")
+        self._own = vars(self.owner).get("__setattr__", _INHERITED)
         setter: Any = self.owner.__setattr__  # what assigns now: the class's own or inherited
         flag, watch = self.flag, self
 
@@ -296,12 +311,7 @@ class WhileFlagged:
             self._sticky = False
 
     def _remove_hook(self) -> None:
-        if vars(self.owner).get("__setattr__") is self._installed:
-            if self._had_own:
-                type.__setattr__(self.owner, "__setattr__", self._original)
-            else:
-                type.__delattr__(self.owner, "__setattr__")
-        else:
+        if not _put_back(self.owner, "__setattr__", self._installed, self._own):
             logger.warning(
                 "%s.__setattr__ was replaced after fi_patches wrapped it; leaving it in place "
                 "(the fi_patches layer inside it now does nothing)",
@@ -311,8 +321,6 @@ class WhileFlagged:
 
 
 _lock = threading.RLock()
-_INHERITED = object()
-"""What a class's own namespace held for the method when it only inherited it."""
 
 
 def all_subclasses(base: type) -> list[type]:
@@ -336,8 +344,7 @@ class _SubclassWatch:
     def __init__(self, base: type) -> None:
         self.base = base
         self.listeners: list[Callable[[type], None]] = []
-        self._had_own = False
-        self._original: Any = None
+        self._own: Any = _INHERITED
         self._installed: Any = None
 
     def add(self, listener: Callable[[type], None]) -> None:
@@ -352,15 +359,13 @@ class _SubclassWatch:
             self._uninstall()
 
     def _install(self) -> None:
-        namespace = vars(self.base)
-        self._had_own = "__init_subclass__" in namespace
-        self._original = namespace.get("__init_subclass__")
+        self._own = vars(self.base).get("__init_subclass__", _INHERITED)
         watch = self
         base = self.base
 
         def __init_subclass__(cls: type, **kwargs: Any) -> None:
-            if watch._original is not None:
-                watch._original.__get__(None, cls)(**kwargs)
+            if watch._own is not _INHERITED:
+                watch._own.__get__(None, cls)(**kwargs)
             else:
                 super(base, cls).__init_subclass__(**kwargs)  # type: ignore[arg-type, misc]
             for listener in list(watch.listeners):
@@ -380,11 +385,7 @@ class _SubclassWatch:
         type.__setattr__(self.base, "__init_subclass__", self._installed)
 
     def _uninstall(self) -> None:
-        if vars(self.base).get("__init_subclass__") is self._installed:
-            if self._had_own:
-                type.__setattr__(self.base, "__init_subclass__", self._original)
-            else:
-                type.__delattr__(self.base, "__init_subclass__")
+        _put_back(self.base, "__init_subclass__", self._installed, self._own)
         self._installed = None
 
 
@@ -501,12 +502,7 @@ class RunnerMethodPatch:
                 cls = ref()
                 if cls is None:
                     continue
-                if vars(cls).get(self.method) is installed:
-                    if original is _INHERITED:
-                        type.__delattr__(cls, self.method)
-                    else:
-                        type.__setattr__(cls, self.method, original)
-                else:
+                if not _put_back(cls, self.method, installed, original):
                     logger.warning(
                         "%s.%s was replaced after fi_patches wrapped it; leaving it in place",
                         cls.__qualname__,

@@ -12,12 +12,7 @@ from typing import Any
 import fi_patches
 from tests import toy_op
 from tests.test_engine_serving import ROWS, N, _entry, _table, _timed
-
-
-def _namespace() -> dict[str, Any]:
-    from flashinfer.autotuner import AutoTuner
-
-    return dict(vars(AutoTuner))
+from tests.test_unwrap import _tuner_namespace as _namespace
 
 
 def _choose_one(engine: Any) -> tuple[str, Any]:
