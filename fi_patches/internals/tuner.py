@@ -454,6 +454,24 @@ def nearest_profile(instance: Any, shapes: Any, config: Any) -> tuple[tuple[int,
     return tuple(tuple(int(d) for d in s) for s in found)
 
 
+def shaped_inputs(config: Any, length: int) -> frozenset[int] | None:
+    """The inputs (of ``length``) whose shape in the profile FlashInfer keys a call on may differ
+    from the call's own: those a ``DynamicTensorSpec`` of ``config`` buckets and those a
+    ``ConstraintSpec`` blanks. ``_find_nearest_profile`` keeps every other input's shape as the
+    call's (0.6.18.post1 to 0.7.4), so a serving lookup can be told from one of those alone.
+    None where ``config`` does not read so."""
+    try:
+        named: list[int] = []
+        for spec in config.dynamic_tensor_specs:
+            named.extend(int(i) for i in spec.input_idx)
+        for spec in config.constraint_specs:
+            found = spec.input_idx
+            named.extend([int(found)] if isinstance(found, int) else (int(i) for i in found))
+    except Exception:
+        return None
+    return frozenset(i + length if i < 0 else i for i in named)
+
+
 def profile_inputs(instance: Any, profile: Any, inputs: Any) -> list[Any]:
     """The inputs FlashInfer's tuner profiles ``profile`` (one bucket) on, built from a call's."""
     return list(PREPARE_INPUTS.resolve()(instance, profile, inputs))

@@ -236,6 +236,11 @@ may be pinned only if ``inputs[input].shape`` is in ``shapes``; ``shapes`` None 
 call takes the full search."""
 
 
+Reach = tuple[Any, int, int, frozenset[Any]]
+"""``(tuning config, inputs, input, shapes)``: a serving lookup of the op under that very config
+with that many inputs may be pinned only if the call's shape of ``input`` is in ``shapes``."""
+
+
 def _free(pattern: ShapePattern) -> tuple[Any, ...]:
     return tuple(tuple(d is None for d in shape) for shape in pattern.fixed())
 
@@ -305,6 +310,7 @@ class PinIndex:
         "ops",
         "probes",
         "rank",
+        "reach",
         "section_ops",
         "sections",
         "served",
@@ -336,6 +342,9 @@ class PinIndex:
         """Serving lookups (``search_cache`` outside tuning) decided here, by what FlashInfer
         passes: ``(op, input shapes)`` -> ``(runners held weakly, input kinds, answer, check)``
         (see :mod:`fi_patches.pinning.tuner_cache`)."""
+        self.reach: dict[str, Reach] = {}
+        """Op -> the :data:`Reach` its serving lookups last learned (see
+        :mod:`fi_patches.pinning.tuner_cache`)."""
         self.probes: dict[str, dict[int, Probe]] = {}
         """Runner class -> per input-list length, the :data:`Probe` that every call pinned or
         silenced here passes and most other calls fail (see :mod:`fi_patches.pinning.stack`)."""
@@ -467,6 +476,34 @@ def _group_tests(group: _KeyGroup) -> list[Probe]:
             out.append((i, frozenset(tuple(int(d) for d in k[i]) for k in keys)))
     out.append((0, None))
     return out
+
+
+def reach_test(
+    index: PinIndex, op: str, length: int, shaped: Container[int]
+) -> tuple[int, frozenset[Any]] | None:
+    """One test that every serving lookup of ``op`` with ``length`` inputs that an entry here
+    could pin passes, on the call's own shape of one input: a section's weight, or for a
+    ``[[pin]]`` group an input its entries fix whole and FlashInfer's key profile keeps as the
+    call's (not in ``shaped``, see :func:`fi_patches.internals.tuner.shaped_inputs`). None
+    where no one input serves every entry (with no entry for such calls, any input rules
+    every call out)."""
+    options: list[list[Probe]] = []
+    for spec in SPECIALIZATIONS:
+        found = index.sections.get(spec.section)
+        form = spec.weight_inputs.get(length)
+        if found is None or form is None or (spec.ops is not None and op not in spec.ops):
+            continue
+        options.append([(form[0], frozenset(found.by_kn if form[1] else found.by_nk))])
+    for pins in index.classes.values():
+        for group in pins.groups:
+            if len(group.template.dims) == length and any(o == op for o, _ in group.by_op):
+                tests = _group_tests(group)
+                options.append([t for t in tests if t[1] is not None and t[0] not in shaped])
+    for position in range(length):
+        chosen = [next((t[1] for t in tests if t[0] == position), None) for tests in options]
+        if all(shapes is not None for shapes in chosen):
+            return (position, frozenset().union(*(s for s in chosen if s is not None)))
+    return None
 
 
 def _add_pin(index: PinIndex, rank: int, pin: TunerPin) -> None:

@@ -7,8 +7,9 @@
   not the pin is never served under it. The decision is remembered per index under what
   FlashInfer passes (op and input shapes, the runners and the inputs' kinds verified), so a
   repeated call costs one read of the pin state and one dict lookup; a key no entry could pin
-  is passed straight through. A runner's own per-call check (``validate_tactic``) still vets
-  the pin: one it rejects leaves the call to FlashInfer.
+  is passed straight through, told where it can be from one input's shape alone (the op's
+  reach test, :func:`_learn`), without the memo's key. A runner's own per-call check
+  (``validate_tactic``) still vets the pin: one it rejects leaves the call to FlashInfer.
 * A key a ``mode="preseed"`` block's entry serves is answered with its pin while tuning too:
   tuning it profiles nothing, and nothing is written into FlashInfer's cache, so leaving the
   block (in any order, from any thread) leaves the cache as it was.
@@ -32,7 +33,7 @@ from typing import Any
 from fi_patches._logging import get_logger, log_once
 from fi_patches.internals import tuner as fi_tuner
 from fi_patches.pinning import stack
-from fi_patches.pinning.index import PRESEED, SPECIALIZATIONS, key_hits
+from fi_patches.pinning.index import PRESEED, SPECIALIZATIONS, key_hits, reach_test
 from fi_patches.pinning.serving import CALL, Listing, serving_pin, stock_tactics
 from fi_patches.pins.keys import as_tactic
 from fi_patches.pins.table import REFRESHED
@@ -133,6 +134,7 @@ def _decide(
     FlashInfer passes; None (not remembered) for an op no pin here serves."""
     if op not in index.served:
         return None
+    _learn(tuner, index, op, shapes, config)
     if not _reached(tuner, index, op, shapes, config):
         row = UNREACHED
     else:
@@ -154,6 +156,41 @@ def _decide(
     with contextlib.suppress(TypeError):  # shapes that do not hash: decided afresh each time
         index.lookups.remember((op, shapes), row)
     return row
+
+
+def _learn(tuner: Any, index: Any, op: Any, shapes: Any, config: Any) -> None:
+    """Learn, for later serving lookups of ``op`` under ``config``, the one-input test
+    (:func:`~fi_patches.pinning.index.reach_test`) that spares a key no entry could pin the
+    memo's key (hashing every input's shape), unless known already. The test reads an input's
+    shape as the call has it where FlashInfer's profile keeps that input's shape; a call whose
+    profile does not keep it leaves the op to the memo (and says so once)."""
+    length = len(shapes)
+    known = index.reach.get(op)
+    if known is not None and known[0] is config and known[1] == length:
+        return
+    index.reach.pop(op, None)
+    shaped = fi_tuner.shaped_inputs(config, length)
+    test = None if shaped is None else reach_test(index, op, length, shaped)
+    if test is None:
+        return
+    position = test[0]
+    try:
+        kept = fi_tuner.nearest_profile(tuner, shapes, config)[position]
+        as_called = tuple(int(d) for d in shapes[position])
+    except Exception:  # shapes FlashInfer's profile does not take: no test learned
+        return
+    if kept != as_called:
+        log_once(
+            logger,
+            logging.INFO,
+            f"reach:{op}",
+            "fi_patches: FlashInfer's profile of a call of op %s changes input %d's shape, which "
+            "its tuning config does not name; its serving lookups take the full search",
+            op,
+            position,
+        )
+        return
+    index.reach[op] = (config, length, position, test[1])
 
 
 def _served(
@@ -252,8 +289,9 @@ def search_cache_replacement(original: Any, gate: Any) -> Any:
     (:data:`fi_patches.pinning.stack.SERVING`) and, while some block is open somewhere, one of
     the context (:data:`fi_patches.pinning.stack.scope`); with none it calls FlashInfer's own
     method straight away. A serving lookup (on every call of a tuned op) of an op no entry pins
-    then goes straight to FlashInfer; of a pinned op, it reads the index's memo once: a key no
-    entry reaches goes straight to FlashInfer, a pinned key is answered from the pin without
+    then goes straight to FlashInfer; of a pinned op, a key its reach test rules out goes
+    straight to FlashInfer too, and any other reads the index's memo once: a key no entry
+    reaches goes straight to FlashInfer, a pinned key is answered from the pin without
     FlashInfer's own lookup; everything else goes the general way (:func:`_general`)."""
     serving_state, context, plain = stack.SERVING, stack.CONTEXT, stack.PLAIN
     here, in_force, unreached = stack.scope, stack.current_index, UNREACHED
@@ -283,27 +321,34 @@ def search_cache_replacement(original: Any, gate: Any) -> Any:
             if inputs is not None and not self.is_tuning_mode:  # a serving lookup
                 try:
                     # An op no entry here pins goes straight to FlashInfer (the common call,
-                    # spared the memo's key: hashing the input shapes); of a pinned op, a key
-                    # some entry may pin (its row not yet decided, or a reached one).
-                    if index.at != refreshed[0]:
-                        index.fresh()
-                    if (
-                        custom_op in index.served
-                        and (row := index.lookups.get((custom_op, input_shapes))) is not unreached
-                        and gate.active
-                    ):
-                        answer = _served(
-                            self,
-                            index,
-                            row,
-                            custom_op,
-                            runners,
-                            input_shapes,
-                            tuning_config,
-                            inputs,
-                        )
-                        if answer is not None:
-                            return answer
+                    # spared the memo's key: hashing the input shapes), and so does a key of a
+                    # pinned op that one input's shape tells no entry could pin (the reach
+                    # test); else the memo: a key no entry reaches goes to FlashInfer, a pinned
+                    # key is answered from its pin.
+                    if custom_op in index.served:
+                        reach = index.reach.get(custom_op)
+                        if (
+                            reach is None
+                            or reach[0] is not tuning_config
+                            or reach[1] != len(input_shapes)
+                            or input_shapes[reach[2]] in reach[3]
+                        ):  # some entry may pin this key (the memo, of this refresh, decides)
+                            if index.at != refreshed[0]:
+                                index.fresh()
+                            row = index.lookups.get((custom_op, input_shapes))
+                            if row is not unreached and gate.active:
+                                answer = _served(
+                                    self,
+                                    index,
+                                    row,
+                                    custom_op,
+                                    runners,
+                                    input_shapes,
+                                    tuning_config,
+                                    inputs,
+                                )
+                                if answer is not None:
+                                    return answer
                 except Exception:
                     _surprise()
                 return original(self, custom_op, runners, input_shapes, tuning_config, inputs)
