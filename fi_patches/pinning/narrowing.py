@@ -145,9 +145,10 @@ def _direct(
 def valid_tactics_replacement(name: str) -> Any:
     """``make(original, gate)`` for ``get_valid_tactics`` of the runner class ``name``.
 
-    Most calls find no pin: they fail the class's probe (one dict lookup and one tensor's shape
-    in a set, see :func:`fi_patches.pinning.stack.probe_cell`) and get the stock list without
-    reading their context; a call that passes it in a context without pins reads only that.
+    Every call reads its context first (one C call): where nothing pins there, FlashInfer's
+    method runs straight away, no tensor's shape read. In a context with pins, most calls find
+    no pin: they fail the class's probe (one dict lookup and one tensor's shape in a set, see
+    :func:`fi_patches.pinning.stack.probe_cell`) and get the stock list.
     FlashInfer's own method takes ``(self, inputs, profile)``: the wrapper then takes exactly
     those parameters, under the method's own names (a bare positional call is the cheapest
     Python makes), and any other signature gets a wrapper that passes every argument on.

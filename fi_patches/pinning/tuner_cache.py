@@ -33,7 +33,7 @@ from typing import Any
 from fi_patches._logging import get_logger, log_once
 from fi_patches.internals import tuner as fi_tuner
 from fi_patches.pinning import stack
-from fi_patches.pinning.index import PRESEED, SPECIALIZATIONS, key_hits, reach_test
+from fi_patches.pinning.index import PRESEED, SPECIALIZATIONS, Reach, key_hits, reach_test
 from fi_patches.pinning.serving import CALL, Listing, serving_pin, stock_tactics
 from fi_patches.pins.keys import as_tactic
 from fi_patches.pins.table import REFRESHED
@@ -156,6 +156,10 @@ def _decide(
     with contextlib.suppress(TypeError):  # shapes that do not hash: decided afresh each time
         index.lookups.remember((op, shapes), row)
     return row
+
+
+UNLEARNED: Reach = (None, -1, 0, frozenset())
+"""The reach test of an op none is learned for: every lookup of it reads the memo."""
 
 
 def _learn(tuner: Any, index: Any, op: Any, shapes: Any, config: Any) -> None:
@@ -294,7 +298,7 @@ def search_cache_replacement(original: Any, gate: Any) -> Any:
     reaches goes straight to FlashInfer, a pinned key is answered from the pin without
     FlashInfer's own lookup; everything else goes the general way (:func:`_general`)."""
     serving_state, context, plain = stack.SERVING, stack.CONTEXT, stack.PLAIN
-    here, in_force, unreached = stack.scope, stack.current_index, UNREACHED
+    here, in_force, unreached, unlearned = stack.scope, stack.current_index, UNREACHED, UNLEARNED
     refreshed = REFRESHED
 
     def lean(
@@ -326,12 +330,11 @@ def search_cache_replacement(original: Any, gate: Any) -> Any:
                     # test); else the memo: a key no entry reaches goes to FlashInfer, a pinned
                     # key is answered from its pin.
                     if custom_op in index.served:
-                        reach = index.reach.get(custom_op)
+                        config, length, at, shapes = index.reach.get(custom_op, unlearned)
                         if (
-                            reach is None
-                            or reach[0] is not tuning_config
-                            or reach[1] != len(input_shapes)
-                            or input_shapes[reach[2]] in reach[3]
+                            config is not tuning_config
+                            or length != len(input_shapes)
+                            or input_shapes[at] in shapes
                         ):  # some entry may pin this key (the memo, of this refresh, decides)
                             if index.at != refreshed[0]:
                                 index.fresh()
