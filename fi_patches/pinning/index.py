@@ -237,8 +237,9 @@ call takes the full search."""
 
 
 Reach = tuple[Any, int, int, frozenset[Any]]
-"""``(tuning config, inputs, input, shapes)``: a serving lookup of the op under that very config
-with that many inputs may be pinned only if the call's shape of ``input`` is in ``shapes``."""
+"""``(tuning config, input count, input, shapes)``: a serving lookup of the op under that very
+config with that many inputs may be pinned only if the call's shape of ``input`` is in
+``shapes``."""
 
 
 def _free(pattern: ShapePattern) -> tuple[Any, ...]:

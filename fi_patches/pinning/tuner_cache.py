@@ -189,7 +189,7 @@ def _learn(tuner: Any, index: Any, op: Any, shapes: Any, config: Any) -> None:
             logging.INFO,
             f"reach:{op}",
             "fi_patches: FlashInfer's profile of a call of op %s changes input %d's shape, which "
-            "its tuning config does not name; its serving lookups take the full search",
+            "the op's reach test would read as called; its serving lookups read the memo",
             op,
             position,
         )
