@@ -37,16 +37,12 @@ def _specs() -> tuple[Any, Any, Any]:
     return ConstraintSpec, DynamicTensorSpec, TuningConfig
 
 
-def _bucket(rows: int) -> int:
-    return 1 << max(0, int(rows) - 1).bit_length()
-
-
 def test_shaped_inputs_names_every_input_whose_shape_the_profile_changes(engine):
     """Over configs of FlashInfer's own spec classes (linked dimensions, constraints, negative
     indices), every input ``shaped_inputs`` leaves out keeps the call's shape in the profile
     FlashInfer keys the call on, and each input it names is one a profile changed."""
     constraint, dynamic, config_class = _specs()
-    rows = dynamic((0, -1), (0, 0), lambda n: (1, 2, 4, 8), _bucket)
+    rows = dynamic((0, -1), (0, 0), lambda n: (1, 2, 4, 8), toy_op._bucket)
     configs = {
         "rows of the first and last input": config_class(dynamic_tensor_specs=(rows,)),
         "and a constrained dimension": config_class(
