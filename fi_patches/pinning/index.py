@@ -479,6 +479,22 @@ def _group_tests(group: _KeyGroup) -> list[Probe]:
     return out
 
 
+def section_weights(
+    index: PinIndex, op: str, length: int
+) -> list[tuple[int, dict[Any, tuple[Any, ...]]]]:
+    """For each section here whose specialization serves ``op`` with ``length`` inputs: the
+    input that holds the weight, and the section's entries by that input's shape as a call
+    has it."""
+    out = []
+    for spec in SPECIALIZATIONS:
+        found = index.sections.get(spec.section)
+        form = spec.weight_inputs.get(length)
+        if found is None or form is None or (spec.ops is not None and op not in spec.ops):
+            continue
+        out.append((form[0], found.by_kn if form[1] else found.by_nk))
+    return out
+
+
 def reach_test(
     index: PinIndex, op: str, length: int, shaped: Container[int]
 ) -> tuple[int, frozenset[Any]] | None:
@@ -488,13 +504,9 @@ def reach_test(
     call's (not in ``shaped``, see :func:`fi_patches.internals.tuner.shaped_inputs`). None
     where no one input serves every entry (with no entry for such calls, any input rules
     every call out)."""
-    options: list[list[Probe]] = []
-    for spec in SPECIALIZATIONS:
-        found = index.sections.get(spec.section)
-        form = spec.weight_inputs.get(length)
-        if found is None or form is None or (spec.ops is not None and op not in spec.ops):
-            continue
-        options.append([(form[0], frozenset(found.by_kn if form[1] else found.by_nk))])
+    options: list[list[Probe]] = [
+        [(at, frozenset(by_shape))] for at, by_shape in section_weights(index, op, length)
+    ]
     for pins in index.classes.values():
         for group in pins.groups:
             if len(group.template.dims) == length and any(o == op for o, _ in group.by_op):

@@ -33,7 +33,7 @@ from typing import Any
 from fi_patches._logging import get_logger, log_once
 from fi_patches.internals import tuner as fi_tuner
 from fi_patches.pinning import stack
-from fi_patches.pinning.index import PRESEED, SPECIALIZATIONS, Reach, key_hits, reach_test
+from fi_patches.pinning.index import PRESEED, Reach, key_hits, reach_test, section_weights
 from fi_patches.pinning.serving import CALL, Listing, serving_pin, stock_tactics
 from fi_patches.pins.keys import as_tactic
 from fi_patches.pins.table import REFRESHED
@@ -112,13 +112,8 @@ def _reached(tuner: Any, index: Any, op: Any, shapes: Any, config: Any) -> bool:
     """Whether any entry of ``index`` could pin a call of ``op`` at ``shapes``, for any runner
     and inputs of any kind (a section's weight shape, a ``[[pin]]``'s key without its
     extras): where none could, the lookup needs no verifying."""
-    length = len(shapes)
-    for spec in SPECIALIZATIONS:
-        found = index.sections.get(spec.section)
-        form = spec.weight_inputs.get(length)
-        if found is None or form is None or (spec.ops is not None and op not in spec.ops):
-            continue
-        if (found.by_kn if form[1] else found.by_nk).get(tuple(shapes[form[0]])):
+    for at, by_shape in section_weights(index, op, len(shapes)):
+        if by_shape.get(tuple(shapes[at])):
             return True
     groups = [group for pins in index.classes.values() for group in pins.groups]
     if not groups:
