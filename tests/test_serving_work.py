@@ -21,7 +21,10 @@ from typing import Any
 import pytest
 
 import fi_patches
-from tests import toy_op
+from fi_patches.pinning.stack import current_index
+from fi_patches.pins import PinTable
+from tests import lowlat, toy_op
+from tests.conftest import require_feature
 from tests.test_engine_serving import (
     ROWS,
     SERVING_MODES,
@@ -41,8 +44,9 @@ the call to ``lean``). ``choose_one``'s acts only while tuning, and is installed
 PIN_ANSWER = {"_served", "_same", "_kinds"}
 """What answering a remembered pinned key adds: the row's check that it was decided for these
 runners and inputs of these kinds."""
-REACH_TEST = {"dict.get", "len"}
-"""The C calls of an op's reach test: its learned test's read, the call's input count."""
+REACH_TEST = {"len"}
+"""The C calls of an op's reach test past its one read of the op's reach (a subscript, not a
+call): the call's input count."""
 CONTEXT_READ = "ContextVar.get"
 """The one C call a lookup makes to read its context, while some block is open somewhere."""
 INLINED = {"<listcomp>", "<dictcomp>", "<setcomp>"}
@@ -88,14 +92,22 @@ def _work(call: Callable[[], Any]) -> Work:
 
 
 def _lookups(
-    engine: Any, monkeypatch: pytest.MonkeyPatch
+    engine: Any, monkeypatch: pytest.MonkeyPatch, any_op: bool = False
 ) -> tuple[Any, dict[str, Callable[[], Any]]]:
-    """A table pinning one key of the toy op (not to FlashInfer's cached winner), and the
+    """A table pinning one key of the toy op (not to FlashInfer's cached winner), with a
+    ``[[low_latency]]`` entry beside it if ``any_op`` (a section that serves any op), and the
     serving lookups: that key, another weight's key of the same op, and an op no entry pins."""
     from flashinfer.autotuner import AutoTuner
 
     winners = _warmed(engine, monkeypatch)
     table = _pin_of(*_not_cached(winners))
+    if any_op:
+        require_feature("pinned_tactics")
+        n, k = lowlat.SHAPE
+        section = lowlat.table(lowlat.entry(n, k, 1, 8, lowlat.non_split_alternative(n, k, 8)))
+        table = PinTable.from_mapping(
+            {**section.to_mapping(), "pin": table.to_mapping()["pin"]}, source="<test>"
+        )
     tuner, config, runners = AutoTuner.get(), toy_op.config(), toy_op.runners()
     pinned = list(toy_op.operands(ROWS, N))
     other = list(toy_op.operands(ROWS, toy_op.WEIGHTS[1]))
@@ -109,13 +121,18 @@ def _lookups(
     return table, lookups
 
 
+@pytest.mark.parametrize("any_op", [False, True], ids=["pin", "pin and low_latency"])
 @pytest.mark.parametrize("mode", SERVING_MODES)
-def test_a_serving_lookup_runs_only_its_budget_of_fi_patches(engine, monkeypatch, mode):
-    table, lookups = _lookups(engine, monkeypatch)
+def test_a_serving_lookup_runs_only_its_budget_of_fi_patches(engine, monkeypatch, mode, any_op):
+    """With ``any_op``, a ``[[low_latency]]`` section in force serves every op: an op no entry
+    pins is then told apart by its reach test alone, never by a Python-level test of the op."""
+    table, lookups = _lookups(engine, monkeypatch, any_op)
     stock = {case: _work(lookup) for case, lookup in lookups.items()}
     assert not any(work.ours for work in stock.values())  # nothing of ours is installed
     context = {CONTEXT_READ} if mode != "process" else set()  # a block is open: read it
     with _serving(table, mode):
+        index = current_index()
+        assert index is not None and (f"{toy_op.OP}_unpinned" in index.served) is any_op
         found = {case: _work(lookup) for case, lookup in lookups.items()}
 
     # A pinned key: the pin answers from the remembered row; FlashInfer's lookup never runs.
@@ -129,10 +146,11 @@ def test_a_serving_lookup_runs_only_its_budget_of_fi_patches(engine, monkeypatch
     assert set(unpinned.ours) <= WRAPPERS, unpinned
     assert set(unpinned.ours_c) <= context | REACH_TEST, unpinned
     assert unpinned.flashinfer == stock["unpinned key"].flashinfer
-    # An op no entry pins: straight to FlashInfer, not even the row's read.
+    # An op no entry pins: straight to FlashInfer, not even the row's read (where a section
+    # serves every op, its reach test rules the call out).
     elsewhere = found["op no entry pins"]
     assert set(elsewhere.ours) <= WRAPPERS, elsewhere
-    assert set(elsewhere.ours_c) <= context, elsewhere
+    assert set(elsewhere.ours_c) <= context | (REACH_TEST if any_op else set()), elsewhere
     assert elsewhere.flashinfer == stock["op no entry pins"].flashinfer
 
 

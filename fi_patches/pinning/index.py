@@ -241,6 +241,33 @@ Reach = tuple[Any, int, int, frozenset[Any]]
 config with that many inputs may be pinned only if the call's shape of ``input`` is in
 ``shapes``."""
 
+UNLEARNED: Reach = (None, -1, 0, frozenset())
+"""The reach of a served op none is learned for: every lookup of it reads the memo."""
+
+UNSERVED: Reach = (None, -2, 0, frozenset())
+"""The reach of an op no pin of the index may apply to: its lookups go straight to FlashInfer
+(told apart from :data:`UNLEARNED` by identity)."""
+
+
+class ReachMap(dict[str, Reach]):
+    """Op -> its :data:`Reach`, read with ``[op]`` on every serving lookup: one C-level read
+    answers both whether any pin here may apply to the op and, for one that may, its learned
+    test. An op no pin applies to reads :data:`UNSERVED` (kept from its first lookup on: an
+    index's ops never change), a served op not learned yet :data:`UNLEARNED`. A set of every op
+    (a section serving any op) would cost a Python call per lookup."""
+
+    __slots__ = ("_served",)
+
+    def __init__(self, served: Container[str]) -> None:
+        super().__init__()
+        self._served = served
+
+    def __missing__(self, op: str) -> Reach:
+        if op in self._served:
+            return UNLEARNED
+        self[op] = UNSERVED
+        return UNSERVED
+
 
 def _free(pattern: ShapePattern) -> tuple[Any, ...]:
     return tuple(tuple(d is None for d in shape) for shape in pattern.fixed())
@@ -343,9 +370,9 @@ class PinIndex:
         """Serving lookups (``search_cache`` outside tuning) decided here, by what FlashInfer
         passes: ``(op, input shapes)`` -> ``(runners held weakly, input kinds, answer, check)``
         (see :mod:`fi_patches.pinning.tuner_cache`)."""
-        self.reach: dict[str, Reach] = {}
-        """Op -> the :data:`Reach` its serving lookups last learned (see
-        :mod:`fi_patches.pinning.tuner_cache`)."""
+        self.reach = ReachMap(self.served)
+        """Op -> the :data:`Reach` its serving lookups last learned, or that no pin here may
+        apply to it (see :mod:`fi_patches.pinning.tuner_cache`)."""
         self.probes: dict[str, dict[int, Probe]] = {}
         """Runner class -> per input-list length, the :data:`Probe` that every call pinned or
         silenced here passes and most other calls fail (see :mod:`fi_patches.pinning.stack`)."""
@@ -424,6 +451,7 @@ def _merge(tables: Sequence[tuple[Any, str]]) -> PinIndex:
             index.silenced.setdefault(name, []).append(spec)
     index.section_ops = frozenset(section_ops)
     index.served = EVERY_OP if None in section_ops else index.ops | {op for op in section_ops if op}
+    index.reach = ReachMap(index.served)
     index.probes = _probes(index)
     index.modes = {k: v for k, v in index.modes.items() if v == PRESEED}
     return index

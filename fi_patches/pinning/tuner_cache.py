@@ -33,7 +33,13 @@ from typing import Any
 from fi_patches._logging import get_logger, log_once
 from fi_patches.internals import tuner as fi_tuner
 from fi_patches.pinning import stack
-from fi_patches.pinning.index import PRESEED, Reach, key_hits, reach_test, section_weights
+from fi_patches.pinning.index import (
+    PRESEED,
+    UNSERVED,
+    key_hits,
+    reach_test,
+    section_weights,
+)
 from fi_patches.pinning.serving import CALL, Listing, serving_pin, stock_tactics
 from fi_patches.pins.keys import as_tactic
 from fi_patches.pins.table import REFRESHED
@@ -151,10 +157,6 @@ def _decide(
     with contextlib.suppress(TypeError):  # shapes that do not hash: decided afresh each time
         index.lookups.remember((op, shapes), row)
     return row
-
-
-UNLEARNED: Reach = (None, -1, 0, frozenset())
-"""The reach test of an op none is learned for: every lookup of it reads the memo."""
 
 
 def _learn(tuner: Any, index: Any, op: Any, shapes: Any, config: Any) -> None:
@@ -293,7 +295,7 @@ def search_cache_replacement(original: Any, gate: Any) -> Any:
     reaches goes straight to FlashInfer, a pinned key is answered from the pin without
     FlashInfer's own lookup; everything else goes the general way (:func:`_general`)."""
     serving_state, context, plain = stack.SERVING, stack.CONTEXT, stack.PLAIN
-    here, in_force, unreached, unlearned = stack.scope, stack.current_index, UNREACHED, UNLEARNED
+    here, in_force, unreached, unserved = stack.scope, stack.current_index, UNREACHED, UNSERVED
     refreshed = REFRESHED
 
     def lean(
@@ -323,9 +325,10 @@ def search_cache_replacement(original: Any, gate: Any) -> Any:
                     # spared the memo's key: hashing the input shapes), and so does a key of a
                     # pinned op that one input's shape tells no entry could pin (the reach
                     # test); else the memo: a key no entry reaches goes to FlashInfer, a pinned
-                    # key is answered from its pin.
-                    if custom_op in index.served:
-                        config, length, at, shapes = index.reach.get(custom_op, unlearned)
+                    # key is answered from its pin. One read of the op's reach tells both.
+                    reach = index.reach[custom_op]
+                    if reach is not unserved:
+                        config, length, at, shapes = reach
                         if (
                             config is not tuning_config
                             or length != len(input_shapes)
