@@ -83,6 +83,7 @@ def import_ms(runs: int) -> tuple[float, list[str]]:
 TARGET_LOOKUP = {
     "process-wide pins, pinned key": 1.01,
     "process-wide pins, unpinned key": None,
+    "process-wide low_latency pins, another op": None,
     "narrowing block, pinned key": 1.05,
     "narrowing block, unpinned key": 1.05,
     "narrowing block, an op no entry pins": None,
@@ -98,7 +99,7 @@ IDLE_THREAD_ROW = "stock, another thread waiting (reference)"
 thread" row does, without a block: what a second thread alone costs this one."""
 
 
-def lookup_rows(repeat: int, number: int, timed: Any) -> None:
+def lookup_rows(repeat: int, number: int, timed: Any, any_op: Any) -> None:
     """The serving lookup (``choose_one`` outside tuning, what every call of a tuned op makes),
     stock vs each mode that serves it: process-wide pins (``fi_patches.enable()`` with the
     table registered, as ``FI_PATCHES_PINS`` and the vLLM/SGLang plugins run), a narrowing
@@ -108,7 +109,9 @@ def lookup_rows(repeat: int, number: int, timed: Any) -> None:
     that the pin is served), the other weight's tuned key is the unpinned one. Each round runs
     stock and every mode once, in an order of its own (no mode always first or last), and a
     reference row times stock beside a waiting thread; the verdict is the median of per-round
-    ratios against the same round's stock."""
+    ratios against the same round's stock. ``any_op`` is a table of a section that serves any
+    op (``[[low_latency]]``): under it process-wide, the lookup of an op it does not pin (a
+    server's every other tuned op)."""
     import flashinfer
     import pytest
     from class_changes import bare_search_cache  # benchmarks/ is this script's first path entry
@@ -210,6 +213,16 @@ def lookup_rows(repeat: int, number: int, timed: Any) -> None:
                 fi_patches.disable()
                 fi_patches.register_pins(None)
 
+        def process_wide_section() -> None:
+            fi_patches.register_pins(any_op)
+            fi_patches.enable()
+            try:
+                assert stack.current_index() is not None
+                keep("process-wide low_latency pins, another op", timed(pinned))
+            finally:
+                fi_patches.disable()
+                fi_patches.register_pins(None)
+
         def narrowing() -> None:
             with fi_patches.pinned_tactics(table):
                 assert pinned()[1] == other
@@ -256,6 +269,7 @@ def lookup_rows(repeat: int, number: int, timed: Any) -> None:
                 {"choose_one": context_choose_one, "search_cache": stock_search_cache},
             ),
             process_wide,
+            process_wide_section,
             narrowing,
             preseed,
             lambda: beside("no pins in this thread, wrappers installed", True),
@@ -278,7 +292,7 @@ def lookup_rows(repeat: int, number: int, timed: Any) -> None:
     for name, target in TARGET_LOOKUP.items():
         stock = rounds[
             "stock, an op no entry pins"
-            if "no entry pins" in name
+            if name == "narrowing block, an op no entry pins"
             else "stock unpinned"
             if "unpinned" in name
             else "stock pinned"
@@ -487,7 +501,7 @@ def main() -> int:
             f"{limit:>9}  {ok}"
         )
     print()
-    lookup_rows(args.repeat, args.number, timed)
+    lookup_rows(args.repeat, args.number, timed, table)
     with fi_patches.pinned_tactics(lockfile):  # checked once; every later entry reuses that
         pass
     enter_exit = []
