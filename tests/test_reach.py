@@ -22,6 +22,7 @@ from tests.test_engine_serving import (
     SERVING_MODES,
     N,
     _not_cached,
+    _pin_of,
     _ran,
     _serving,
     _table,
@@ -93,6 +94,35 @@ def test_a_key_named_by_a_bucketed_input_alone_is_served_its_pin(engine, monkeyp
         for _ in range(3):  # decided, then answered from the remembered decision
             assert _ran(x, w) == [(runner, 6, pin)]
     assert not [r for r in caplog.records if "reach test would read" in r.getMessage()]
+
+
+def test_ops_named_at_run_time_keep_the_reach_map_bounded(engine, monkeypatch):
+    """A host that builds op names at run time looks up ever new ops: the index's reach map
+    (an op no pin may apply to is kept on its first lookup) starts again past its bound, as
+    every memo does, and the pinned key is still served its pin after."""
+    from flashinfer.autotuner import AutoTuner
+
+    from fi_patches.pinning import index as pin_index
+    from fi_patches.pinning import stack
+
+    monkeypatch.setattr(pin_index, "MEMO_MAX", 16)
+    winners = _warmed(engine, monkeypatch)
+    runner, pin = _not_cached(winners)
+    table = _pin_of(runner, pin)
+    x, w = toy_op.operands(8, N)
+    tuner, config, runners = AutoTuner.get(), toy_op.config(), toy_op.runners()
+    with _serving(table, "process"):
+        assert _ran(x, w) == [(runner, 8, pin)]
+        index = stack.current_index()
+        assert index is not None
+        sizes = []
+        for i in range(40):
+            tuner.choose_one(f"{toy_op.OP}_built_{i}", runners, config, [x, w])
+            sizes.append(len(index.reach))
+        assert max(sizes) <= 16, sizes
+        assert any(after < before for before, after in itertools.pairwise(sizes)), sizes
+        assert index.reach[f"{toy_op.OP}_built_0"] is pin_index.UNSERVED
+        assert _ran(x, w) == [(runner, 8, pin)]
 
 
 @pytest.mark.parametrize("mode", SERVING_MODES)

@@ -241,33 +241,6 @@ Reach = tuple[Any, int, int, frozenset[Any]]
 config with that many inputs may be pinned only if the call's shape of ``input`` is in
 ``shapes``."""
 
-UNLEARNED: Reach = (None, -1, 0, frozenset())
-"""The reach of a served op none is learned for: every lookup of it reads the memo."""
-
-UNSERVED: Reach = (None, -2, 0, frozenset())
-"""The reach of an op no pin of the index may apply to: its lookups go straight to FlashInfer
-(told apart from :data:`UNLEARNED` by identity)."""
-
-
-class ReachMap(dict[str, Reach]):
-    """Op -> its :data:`Reach`, read with ``[op]`` on every serving lookup: one C-level read
-    answers both whether any pin here may apply to the op and, for one that may, its learned
-    test. An op no pin applies to reads :data:`UNSERVED` (kept from its first lookup on: an
-    index's ops never change), a served op not learned yet :data:`UNLEARNED`. A set of every op
-    (a section serving any op) would cost a Python call per lookup."""
-
-    __slots__ = ("_served",)
-
-    def __init__(self, served: Container[str]) -> None:
-        super().__init__()
-        self._served = served
-
-    def __missing__(self, op: str) -> Reach:
-        if op in self._served:
-            return UNLEARNED
-        self[op] = UNSERVED
-        return UNSERVED
-
 
 def _free(pattern: ShapePattern) -> tuple[Any, ...]:
     return tuple(tuple(d is None for d in shape) for shape in pattern.fixed())
@@ -324,6 +297,34 @@ class Memo(dict[Any, Any]):
 
 MEMO_MAX = 4096
 """Rows a :class:`Memo` keeps before starting again."""
+
+
+UNLEARNED: Reach = (None, -1, 0, frozenset())
+"""The reach of a served op none is learned for: every lookup of it reads the memo."""
+
+UNSERVED: Reach = (None, -2, 0, frozenset())
+"""The reach of an op no pin of the index may apply to: its lookups go straight to FlashInfer
+(told apart from :data:`UNLEARNED` by identity)."""
+
+
+class ReachMap(Memo):
+    """Op -> its :data:`Reach`, read with ``[op]`` on every serving lookup: one C-level read
+    answers both whether any pin here may apply to the op and, for one that may, its learned
+    test. An op no pin applies to reads :data:`UNSERVED` (kept from its first lookup on: an
+    index's ops never change), a served op not learned yet :data:`UNLEARNED`. A set of every op
+    (a section serving any op) would cost a Python call per lookup. Bounded as any memo (a
+    host may build op names at run time)."""
+
+    __slots__ = ("_served",)
+
+    def __init__(self, served: Container[str]) -> None:
+        super().__init__()
+        self._served = served
+
+    def __missing__(self, op: str) -> Reach:
+        if op in self._served:
+            return UNLEARNED
+        return self.remember(op, UNSERVED)  # type: ignore[no-any-return]
 
 
 class PinIndex:

@@ -191,7 +191,7 @@ def _learn(tuner: Any, index: Any, op: Any, shapes: Any, config: Any) -> None:
             position,
         )
         return
-    index.reach[op] = (config, length, position, test[1])
+    index.reach.remember(op, (config, length, position, test[1]))
 
 
 def _served(
