@@ -33,13 +33,7 @@ from typing import Any
 from fi_patches._logging import get_logger, log_once
 from fi_patches.internals import tuner as fi_tuner
 from fi_patches.pinning import stack
-from fi_patches.pinning.index import (
-    PRESEED,
-    UNSERVED,
-    key_hits,
-    reach_test,
-    section_weights,
-)
+from fi_patches.pinning.index import PRESEED, UNSERVED, key_hits, reach_test, section_weights
 from fi_patches.pinning.serving import CALL, Listing, serving_pin, stock_tactics
 from fi_patches.pins.keys import as_tactic
 from fi_patches.pins.table import REFRESHED
