@@ -25,6 +25,7 @@ Every timed replay starts from a flushed L2.
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import time
@@ -63,7 +64,7 @@ class StandinGemm:
         weight = torch.randn(n, k, generator=gen, dtype=torch.float32) / k**0.5
         self.weight = weight.to(device=device, dtype=torch.bfloat16)
         self.cuda = device.type == "cuda"
-        self.side = torch.cuda.Stream(device) if self.cuda else None
+        self.side: Any = torch.cuda.Stream(device) if self.cuda else None
         self.sink = torch.zeros((), dtype=torch.float32, device=device)
 
     def get_valid_tactics(self, inputs: Any, profile: Any) -> list[Any]:
@@ -154,8 +155,12 @@ def make_ops(torch: Any, device: Any) -> list[RunnerOp]:
     ops = []
     for seed, (name, n, k) in enumerate(SHAPES):
         runner = StandinGemm(torch, n, k, device, seed)
-        ops.append(RunnerOp(name, runner, lambda rows, r=runner: r.inputs(rows, 100 + rows)))
+        ops.append(RunnerOp(name, runner, functools.partial(_inputs, runner)))
     return ops
+
+
+def _inputs(runner: StandinGemm, rows: int) -> Any:
+    return runner.inputs(rows, 100 + rows)
 
 
 def plan(ops: list[RunnerOp]) -> list[tuple[Bucket, list[Slot]]]:

@@ -69,7 +69,8 @@ def import_ms(runs: int) -> tuple[float, list[str]]:
         "d = time.perf_counter() - t; "
         "print(d * 1e3, ','.join(m for m in ('torch', 'flashinfer', 'cutlass') if m in sys.modules))"
     )
-    times, loaded = [], set()
+    times: list[float] = []
+    loaded: set[str] = set()
     for _ in range(runs):
         out = subprocess.run(
             [sys.executable, "-c", code], capture_output=True, text=True, check=True
@@ -290,7 +291,7 @@ def lookup_rows(repeat: int, number: int, timed: Any, any_op: Any) -> None:
         f"{'case':<46}{'stock us':>10}{'fi_patches us':>15}{'best':>7}{'median':>8}{'target':>9}  ok"
     )
     for name, target in TARGET_LOOKUP.items():
-        stock = rounds[
+        base = rounds[
             "stock, an op no entry pins"
             if name == "narrowing block, an op no entry pins"
             else "stock unpinned"
@@ -298,11 +299,11 @@ def lookup_rows(repeat: int, number: int, timed: Any, any_op: Any) -> None:
             else "stock pinned"
         ]
         ours = rounds[name]
-        ratio = statistics.median(o / s for o, s in zip(ours, stock, strict=True))
+        ratio = statistics.median(o / s for o, s in zip(ours, base, strict=True))
         limit = "-" if target is None else "<=" + format(target, ".2f")
         ok = "-" if target is None else "yes" if ratio <= target else "NO"
         print(
-            f"{name:<46}{min(stock):>10.2f}{min(ours):>15.2f}{min(ours) / min(stock):>7.2f}"
+            f"{name:<46}{min(base):>10.2f}{min(ours):>15.2f}{min(ours) / min(base):>7.2f}"
             f"{ratio:>8.3f}{limit:>9}  {ok}"
         )
 
@@ -326,7 +327,7 @@ def main() -> int:
     import cutlass  # noqa: F401  (imported by the runner; keep it out of the timings)
     from flashinfer.gemm import gemm_base
 
-    runner = gemm_base._cutedsl_low_latency_blockscaled_gemm_runner(103, True)
+    runner: Any = gemm_base._cutedsl_low_latency_blockscaled_gemm_runner(103, True)
     n, k = 7168, 1536
     pinned_inputs, unpinned_inputs = inputs(n, k, 8), inputs(1536, 7168, 8)
     stock_list = runner.get_valid_tactics(pinned_inputs, None)
@@ -366,7 +367,7 @@ def main() -> int:
     def call(inp):
         return lambda: runner.get_valid_tactics(inp, None)
 
-    runner_class = type(runner)
+    runner_class: Any = type(runner)
     stock_method = vars(runner_class)["get_valid_tactics"]
     pinned_shapes = frozenset({pinned_inputs[1].shape})
 

@@ -60,7 +60,7 @@ def main() -> int:
     header = f"{'weight NxK':<12}{'runner':<40}{'bucket':>7}{'stock':>7}{'narrow':>8}{'preseed':>9}"
     print(header)
     print("-" * len(header))
-    totals = Counter()
+    totals: Counter[str] = Counter()
     for n, k in SHAPES:
         tuner.clear_cache()
         stock = tune(n, k)

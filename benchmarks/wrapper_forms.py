@@ -62,13 +62,13 @@ def _per_call_ns(cls: type, number: int, repeat: int) -> tuple[float, float]:
 
 
 def main() -> None:
-    import wrapt
+    from importlib import metadata
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=31)
     parser.add_argument("--number", type=int, default=20000)
     options = parser.parse_args()
-    print(f"wrapt {wrapt.__version__}, CPython {sys.version.split()[0]}; ns per call")
+    print(f"wrapt {metadata.version('wrapt')}, CPython {sys.version.split()[0]}; ns per call")
     print(f"{'form':32s} {'best':>8s} {'median':>8s}")
     for name, cls in _forms().items():
         best, median = _per_call_ns(cls, options.number, options.repeat)
