@@ -3,9 +3,10 @@ first) over process-wide tables (``fi_patches.auto``). One installed wrapper rea
 entering and leaving never patches or unpatches anything per thread.
 
 Each scope keeps a merged index of its tables (:mod:`fi_patches.pinning.index`) and a memo for
-the routers of :mod:`fi_patches.mxfp8`, which dies with the scope. Before any of that, a wrapper
-tests a call against the probes of every table held anywhere (:func:`probe_cell`): most calls
-fail it and get the stock list without reading their context.
+the routers of :mod:`fi_patches.mxfp8`, which dies with the scope. A runner's wrapper reads its
+context first (a context where nothing pins gets the stock list at once), then tests the call
+against the probes of every table held anywhere (:func:`probe_cell`): most calls fail it and
+get the stock list without a look at the scope's index.
 
 Leaving a block removes exactly that block's table, by identity, whatever order blocks are
 left in (generators closed out of order, tasks abandoned and finalized elsewhere): :func:`pop`
@@ -142,11 +143,11 @@ pins or silences passes (see :func:`probe_cell`)."""
 
 
 def probe_cell(name: str) -> dict[int, Probe]:
-    """The probes a wrapper of runner class ``name`` reads first on every call: a call failing
-    its probe has no pin in any scope, so the wrapper offers the stock list without reading its
-    context. The dict is updated in place, key by key (a reader sees each length's probe as it
-    was or as it is): a table's probes are in it before the table becomes visible to any scope,
-    and stay until it has left every scope."""
+    """The probes a wrapper of runner class ``name`` reads on every call in a context with pins:
+    a call failing its probe has no pin in any scope, so the wrapper offers the stock list
+    without a look at the scope's index. The dict is updated in place, key by key (a reader
+    sees each length's probe as it was or as it is): a table's probes are in it before the
+    table becomes visible to any scope, and stay until it has left every scope."""
     with _process_lock:
         cell = _cells.get(name)
         if cell is None:
