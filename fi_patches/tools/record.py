@@ -70,7 +70,7 @@ class SectionKey:
 def section_of(key: TunerKey) -> SectionKey | None:
     """The section entry a key becomes, or None for a ``[[pin]]`` key. The sections' runners
     are tuned on ``mm_mxfp8``'s inputs, ``(rows, K)`` then ``(K, N)``."""
-    from fi_patches.pinning.sections import SPECIALIZATIONS
+    from fi_patches.pinning.index import SPECIALIZATIONS
 
     for spec in SPECIALIZATIONS:
         if key.runner in spec.runners and key.op in spec.recorded_ops:
@@ -114,7 +114,7 @@ def decision_of(key: TunerKey, apart: Apart | None = None) -> Decision:
     answers to one decision (lane ``""``). A runner tuned apart (``apart``) decides its own
     buckets, as do the runners the MXFP8 sections pin each on its own (with the runners they
     silence, by section)."""
-    from fi_patches.pinning.sections import SPECIALIZATIONS
+    from fi_patches.pinning.index import SPECIALIZATIONS
 
     for spec in SPECIALIZATIONS:
         if key.op in spec.recorded_ops and key.runner in (*spec.runners, *spec.silences):
