@@ -28,6 +28,7 @@ import inspect
 import logging
 import types
 import weakref
+from collections.abc import Callable
 from typing import Any
 
 from fi_patches._logging import get_logger, log_once
@@ -108,18 +109,18 @@ def _same(row: Row, runners: Any, inputs: Any) -> bool:
         return False
 
 
-def _reached(tuner: Any, index: Any, op: Any, shapes: Any, config: Any) -> bool:
+def _reached(index: Any, op: Any, shapes: Any, profile: Callable[[], Any]) -> bool:
     """Whether any entry of ``index`` could pin a call of ``op`` at ``shapes``, for any runner
     and inputs of any kind (a section's weight shape, a ``[[pin]]``'s key without its
-    extras): where none could, the lookup needs no verifying."""
+    extras): where none could, the lookup needs no verifying. ``profile()`` is the call's key
+    profile (read only where ``[[pin]]`` keys need it)."""
     for at, by_shape in section_weights(index, op, len(shapes)):
         if by_shape.get(tuple(shapes[at])):
             return True
     groups = [group for pins in index.classes.values() for group in pins.groups]
     if not groups:
         return False
-    profile = fi_tuner.nearest_profile(tuner, shapes, config)
-    return bool(key_hits(groups, op, profile, None))
+    return bool(key_hits(groups, op, profile(), None))
 
 
 def _decide(
@@ -129,8 +130,10 @@ def _decide(
     FlashInfer passes; None (not remembered) for an op no pin here serves."""
     if op not in index.served:
         return None
-    _learn(tuner, index, op, shapes, config)
-    if not _reached(tuner, index, op, shapes, config):
+    # FlashInfer's key profile of the call, read at most once for both of its readers below.
+    profile = functools.cache(functools.partial(fi_tuner.nearest_profile, tuner, shapes, config))
+    _learn(index, op, shapes, config, profile)
+    if not _reached(index, op, shapes, profile):
         row = UNREACHED
     else:
         listed = tuple(runners)
@@ -153,12 +156,12 @@ def _decide(
     return row
 
 
-def _learn(tuner: Any, index: Any, op: Any, shapes: Any, config: Any) -> None:
+def _learn(index: Any, op: Any, shapes: Any, config: Any, profile: Callable[[], Any]) -> None:
     """Learn, for later serving lookups of ``op`` under ``config``, the one-input test
     (:func:`~fi_patches.pinning.index.reach_test`) that spares a key no entry could pin the
     memo's key (hashing every input's shape), unless known already. The test reads an input's
     shape as the call has it where FlashInfer's profile keeps that input's shape; a call whose
-    profile does not keep it leaves the op to the memo (and says so once)."""
+    profile (``profile()``) does not keep it leaves the op to the memo (and says so once)."""
     length = len(shapes)
     known = index.reach.get(op)
     if known is not None and known[0] is config and known[1] == length:
@@ -170,7 +173,7 @@ def _learn(tuner: Any, index: Any, op: Any, shapes: Any, config: Any) -> None:
         return
     position = test[0]
     try:
-        kept = fi_tuner.nearest_profile(tuner, shapes, config)[position]
+        kept = profile()[position]
         as_called = tuple(int(d) for d in shapes[position])
     except Exception:  # shapes FlashInfer's profile does not take: no test learned
         return
