@@ -130,8 +130,6 @@ def test_keys_the_reach_test_passes_on_are_decided_as_before(engine, monkeypatch
     """Through the reach test: the pinned key is served its pin; the pinned weight at rows the
     entry does not cover (passes the test, decided in the memo) and another weight (stopped
     by the test) get FlashInfer's cached winners, call after call."""
-    from tests.test_engine_serving import _pin_of
-
     winners = _warmed(engine, monkeypatch)
     runner, pin = _not_cached(winners)
     other_weight = toy_op.WEIGHTS[1]
