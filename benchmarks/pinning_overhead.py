@@ -21,6 +21,7 @@ many short rounds, each batch after 200 untimed calls (on a shared 2-core VM, ba
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import statistics
@@ -29,6 +30,7 @@ import sys
 import threading
 import time
 import timeit
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -203,26 +205,27 @@ def lookup_rows(repeat: int, number: int, timed: Any, any_op: Any) -> None:
                     return stock_choose_one(self, custom_op, runners, tuning_config, inputs)
             return stock_choose_one(self, custom_op, runners, tuning_config, inputs, **kwargs)
 
-        def process_wide() -> None:
-            fi_patches.register_pins(table)
+        @contextlib.contextmanager
+        def pins_for_the_process(pins: Any) -> Iterator[None]:
+            """``pins`` in force process-wide (as ``FI_PATCHES_PINS`` runs), then none."""
+            fi_patches.register_pins(pins)
             fi_patches.enable()
             try:
-                assert pinned()[1] == other
-                keep("process-wide pins, pinned key", timed(pinned))
-                keep("process-wide pins, unpinned key", timed(unpinned))
+                yield
             finally:
                 fi_patches.disable()
                 fi_patches.register_pins(None)
 
+        def process_wide() -> None:
+            with pins_for_the_process(table):
+                assert pinned()[1] == other
+                keep("process-wide pins, pinned key", timed(pinned))
+                keep("process-wide pins, unpinned key", timed(unpinned))
+
         def process_wide_section() -> None:
-            fi_patches.register_pins(any_op)
-            fi_patches.enable()
-            try:
+            with pins_for_the_process(any_op):
                 assert stack.current_index() is not None
                 keep("process-wide low_latency pins, another op", timed(pinned))
-            finally:
-                fi_patches.disable()
-                fi_patches.register_pins(None)
 
         def narrowing() -> None:
             with fi_patches.pinned_tactics(table):
