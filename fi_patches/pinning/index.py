@@ -270,28 +270,22 @@ class Memo(dict[Any, Any]):
         self[key] = value
         return value
 
-    def keep(self, key: Any, owners: tuple[Any, ...], value: Any) -> None:
-        """Remember ``value`` for ``key``, which names ``owners`` by id, holding them weakly:
-        a runner a row names stays free to go (before 0.7.4 FlashInfer builds one, and its
-        class, per call)."""
+    def keep(self, key: Any, owner: Any, value: Any) -> None:
+        """Remember ``value`` for ``key``, which names ``owner`` by id, holding it weakly: a
+        runner a row names stays free to go (before 0.7.4 FlashInfer builds one, and its class,
+        per call)."""
         try:
-            refs = tuple([weakref.ref(owner) for owner in owners])
+            ref = weakref.ref(owner)
         except TypeError:  # an owner that takes no weak reference: not remembered
             return
-        self.remember(key, (refs, value))
+        self.remember(key, (ref, value))
 
-    def recall(self, key: Any, owners: tuple[Any, ...]) -> Any:
-        """The value kept for ``key`` if ``owners`` are the very objects it was kept for (an id
+    def recall(self, key: Any, owner: Any) -> Any:
+        """The value kept for ``key`` if ``owner`` is the very object it was kept for (an id
         outlives its object), else :data:`MISS`."""
         row = self.get(key)
-        if row is None:
+        if row is None or row[0]() is not owner:
             return MISS
-        refs = row[0]
-        if len(refs) != len(owners):
-            return MISS
-        for ref, owner in zip(refs, owners, strict=True):
-            if ref() is not owner:
-                return MISS
         return row[1]
 
 

@@ -108,7 +108,7 @@ def search(
         key = (id(runner), signature(inputs))
         if index.at != REFRESHED[0]:  # inline: this runs on every pinned call
             index.fresh()
-        known = index.answers.recall(key, (runner,))
+        known = index.answers.recall(key, runner)
     except TypeError:  # an input that does not hash: decided afresh
         key, known = None, MISS
     if known is not MISS:
@@ -118,7 +118,7 @@ def search(
         index, name, runner, inputs, lambda: method(runner, inputs, profile, *args, **kwargs)
     )
     if key is not None:
-        index.answers.keep(key, (runner,), offer)
+        index.answers.keep(key, runner, offer)
     return offer
 
 
