@@ -13,7 +13,7 @@ the ones FlashInfer's ``choose_one`` is handed for that call (read by a pass-thr
 this script's own, removed before timing). Ratios are against the stock call measured in the
 same run: alternating rounds, this thread's CPU time, the median of per-round ratios.
 Needs a CUDA GPU FlashInfer serves these ops on (sm_90 and newer):
-    python benchmarks/pinning_overhead_hopper.py [--rounds 101] [--out DIR]
+    python benchmarks/pinning_overhead_hopper.py [--rounds 101] [--out DIR] [--ops OP:BACKEND,...]
 """
 
 from __future__ import annotations
@@ -133,7 +133,16 @@ def main() -> int:
     parser.add_argument(
         "--out", default=None, help="folder for the lockfiles (default: a temp one)"
     )
+    parser.add_argument(
+        "--ops",
+        default=",".join(OPS),
+        help=f"comma-separated op:backend pairs to measure, of {', '.join(OPS)} (default: all)",
+    )
     args = parser.parse_args()
+    ops = [name for name in args.ops.split(",") if name]
+    unknown = [name for name in ops if name not in OPS]
+    if unknown:
+        parser.error(f"--ops: {', '.join(unknown)} is not one of {', '.join(OPS)}")
     warm = args.warm_calls
 
     import flashinfer
@@ -153,7 +162,7 @@ def main() -> int:
         "per-round ratios (verdict)"
     )
     print(f"{'op':<18}{'runner':<26}{'case':<10}{'stock us':>10}{'pinned us':>11}{'ratio':>8}  ok")
-    for name in OPS:
+    for name in ops:
         op, backend = name.split(":")
         try:
             lock = _lockfile(flashinfer, torch, name, folder)
