@@ -15,7 +15,7 @@ import pytest
 
 from fi_patches.chain.ops import RunnerOp
 from fi_patches.chain.select import Slot
-from fi_patches.chain.spec import Bucket
+from fi_patches.chain.spec import Bucket, chain_path
 from fi_patches.chain.timing import RecordingTimer, Trial
 
 
@@ -131,3 +131,46 @@ def save(
 ) -> None:
     """Write ``recorder``'s timings file to ``path``, as ``--save-timings`` does."""
     Path(path).write_text(recorder.text(device=device, flashinfer=flashinfer), encoding="utf-8")
+
+
+CHAIN = """
+[chain]
+name = "test-chain"
+repeats = 3
+tie_tolerance = 0.01
+max_candidates = 6
+
+[[bucket]]
+min_rows = 5
+max_rows = 8
+
+[[bucket]]
+min_rows = 17
+max_rows = 32
+
+[[bucket]]
+min_rows = 65
+max_rows = 128
+
+[[op]]
+name = "fused_wqa_wkv"
+n = 2112
+k = 7168
+runner = "mxfp8"
+
+[[op]]
+name = "wq_b"
+n = 6144
+k = 1536
+runner = "mxfp8"
+
+[[op]]
+name = "wo_b"
+n = 7168
+k = 4096
+runner = "mxfp8"
+"""
+"""A CHAIN.toml of three MXFP8 ops and three buckets, for the CLI and file-handling tests."""
+
+EXAMPLE = chain_path("deepseek_v3_tp4")
+"""The DeepSeek-V3 TP4 example CHAIN.toml shipped in the package."""

@@ -17,7 +17,7 @@ from fi_patches.chain.timing import RecordingTimer
 from fi_patches.cli import main
 from fi_patches.cli.console import PlainCounter, progress
 from fi_patches.pins.table import PinTable
-from tests.chain_helpers import CostTimer, cpu_only, save
+from tests.chain_helpers import CHAIN, CostTimer, cpu_only, save
 from tests.conftest import flashinfer_or_skip
 
 
@@ -29,44 +29,6 @@ def _installed() -> str:
 
 HERE = _installed()
 """The installed FlashInfer release: recordings made here name it, as `tune` records them."""
-
-CHAIN = """
-[chain]
-name = "test-chain"
-repeats = 3
-tie_tolerance = 0.01
-max_candidates = 6
-
-[[bucket]]
-min_rows = 5
-max_rows = 8
-
-[[bucket]]
-min_rows = 17
-max_rows = 32
-
-[[bucket]]
-min_rows = 65
-max_rows = 128
-
-[[op]]
-name = "fused_wqa_wkv"
-n = 2112
-k = 7168
-runner = "mxfp8"
-
-[[op]]
-name = "wq_b"
-n = 6144
-k = 1536
-runner = "mxfp8"
-
-[[op]]
-name = "wo_b"
-n = 7168
-k = 4096
-runner = "mxfp8"
-"""
 
 
 def _flat(tactic):

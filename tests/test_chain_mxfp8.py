@@ -15,8 +15,7 @@ from fi_patches.chain.timing import Trial, chain_position, run_chain
 from fi_patches.pins.table import PinTable
 from fi_patches.wide.tactics import wide_tactics
 from tests import cutedsl, lowlat
-from tests.chain_helpers import cpu_only
-from tests.test_chain_spec import EXAMPLE
+from tests.chain_helpers import EXAMPLE, cpu_only
 
 pytestmark = pytest.mark.simulated
 

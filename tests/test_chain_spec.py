@@ -15,11 +15,11 @@ from fi_patches.chain.spec import (
     section_for,
     shipped_examples,
 )
+from tests.chain_helpers import EXAMPLE
 
 # Nothing here depends on the installed FlashInfer release (see pyproject.toml).
 pytestmark = pytest.mark.release_independent
 
-EXAMPLE = chain_path("deepseek_v3_tp4")  # shipped in the package
 
 # DeepSeek-V3's config.json
 HIDDEN, Q_LORA, KV_LORA, ROPE, NOPE, V_HEAD, HEADS, TP = 7168, 1536, 512, 64, 128, 128, 128, 4

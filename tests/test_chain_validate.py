@@ -19,8 +19,7 @@ from fi_patches.chain.validate import (
 )
 from fi_patches.cli import main
 from fi_patches.pins.table import PinTable
-from tests.chain_helpers import cpu_only
-from tests.test_chain_spec import EXAMPLE
+from tests.chain_helpers import EXAMPLE, cpu_only
 
 PINS = """
 [meta]

@@ -10,36 +10,13 @@ from __future__ import annotations
 import inspect
 import logging
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
 import fi_patches
-from fi_patches.pins import PinTable
-from tests import toy_op
-
-N = toy_op.WEIGHTS[0]
-ROWS = 8
-
-
-def _table(*entries: dict[str, Any]) -> PinTable:
-    return PinTable.from_mapping(
-        {"meta": {"device": "*", "flashinfer": ""}, "pin": list(entries)}, source="lock.toml"
-    )
-
-
-def _entry(runner: str, tactic: Any, **extra: Any) -> dict[str, Any]:
-    return {
-        "op": toy_op.OP,
-        "runner": runner,
-        "shapes": [["rows", toy_op.K], [toy_op.K, N]],
-        "min_rows": ROWS,
-        "max_rows": ROWS,
-        "tactic": tactic,
-        **extra,
-    }
+from tests import toy_op, toy_pins
+from tests.toy_pins import ROWS, SERVING_MODES, STOCK, N
 
 
 def _tune(engine: Any, runners: list[Any] | None = None) -> tuple[Any, Any]:
@@ -54,78 +31,65 @@ def _tune(engine: Any, runners: list[Any] | None = None) -> tuple[Any, Any]:
     return type(runner).__name__, tactic
 
 
-def _timed(profiling: toy_op.Profiling) -> dict[str, set[Any]]:
-    found: dict[str, set[Any]] = {}
-    for runner, rows, tactic in profiling.timed:
-        if rows == ROWS:
-            found.setdefault(runner, set()).add(tactic)
-    return found
-
-
-STOCK = {
-    "ToyTileRunner": {(8, 2), (8, 3), (16, 2), (16, 3), (32, 2), (32, 3)},
-    "ToySplitRunner": {1, 2, 4},
-}
-"""Every tactic the toy op's runners list for 8 rows."""
-
-
 def test_a_pin_its_runner_does_not_offer_leaves_the_key_to_every_runner(
     engine, monkeypatch, caplog
 ):
     profiling = toy_op.start(monkeypatch, 21)
     with caplog.at_level(logging.ERROR, logger="fi_patches"):
-        with fi_patches.pinned_tactics(_table(_entry("ToySplitRunner", 3))):
+        with fi_patches.pinned_tactics(toy_pins.table(toy_pins.entry("ToySplitRunner", 3))):
             _tune(engine)
-    assert _timed(profiling) == STOCK  # the other runner is not silenced by an invalid pin
+    assert toy_pins.timed(profiling) == STOCK  # the other runner is not silenced by an invalid pin
     errors = [r.getMessage() for r in caplog.records if "not among the 3 tactics" in r.getMessage()]
     assert len(errors) == 1 and "[[pin]] #1" in errors[0]
 
 
 def test_a_pin_whose_extras_are_not_its_runners_serves_nothing(engine, monkeypatch):
     profiling = toy_op.start(monkeypatch, 22)
-    wrong = _entry("ToyTileRunner", [16, 2], extras="(torch.bfloat16,)")  # the call is float32
-    with fi_patches.pinned_tactics(_table(wrong)):
+    wrong = toy_pins.entry(
+        "ToyTileRunner", [16, 2], extras="(torch.bfloat16,)"
+    )  # the call is float32
+    with fi_patches.pinned_tactics(toy_pins.table(wrong)):
         _tune(engine)
-    assert _timed(profiling) == STOCK
+    assert toy_pins.timed(profiling) == STOCK
 
 
 def test_a_pin_of_a_runner_the_call_does_not_choose_among_serves_nothing(engine, monkeypatch):
     profiling = toy_op.start(monkeypatch, 23)
     split = toy_op.runners()[1]
-    with fi_patches.pinned_tactics(_table(_entry("ToyTileRunner", [16, 2]))):
+    with fi_patches.pinned_tactics(toy_pins.table(toy_pins.entry("ToyTileRunner", [16, 2]))):
         chosen = _tune(engine, [split])
-    assert _timed(profiling) == {"ToySplitRunner": {1, 2, 4}}
+    assert toy_pins.timed(profiling) == {"ToySplitRunner": {1, 2, 4}}
     assert chosen[0] == "ToySplitRunner" and chosen[1] in (1, 2, 4)
 
 
 def test_the_runner_a_pin_names_serves_it_and_the_others_offer_nothing(engine, monkeypatch):
     profiling = toy_op.start(monkeypatch, 24)
-    with fi_patches.pinned_tactics(_table(_entry("ToySplitRunner", 4))):
+    with fi_patches.pinned_tactics(toy_pins.table(toy_pins.entry("ToySplitRunner", 4))):
         assert _tune(engine) == ("ToySplitRunner", 4)
-    assert _timed(profiling) == {"ToySplitRunner": {4}}
+    assert toy_pins.timed(profiling) == {"ToySplitRunner": {4}}
 
 
 def test_between_runners_the_innermost_tables_entry_serves(engine, monkeypatch):
-    outer = _table(_entry("ToyTileRunner", [16, 3]))
-    inner = _table(_entry("ToySplitRunner", 2))
+    outer = toy_pins.table(toy_pins.entry("ToyTileRunner", [16, 3]))
+    inner = toy_pins.table(toy_pins.entry("ToySplitRunner", 2))
     profiling = toy_op.start(monkeypatch, 25)
     with fi_patches.pinned_tactics(outer):
         with fi_patches.pinned_tactics(inner):
             assert _tune(engine) == ("ToySplitRunner", 2)
-        assert _timed(profiling) == {"ToySplitRunner": {2}}
+        assert toy_pins.timed(profiling) == {"ToySplitRunner": {2}}
         toy_op.start(monkeypatch, 26)  # a fresh cache: the outer table alone now
         profiling = toy_op.start(monkeypatch, 26)
         assert _tune(engine) == ("ToyTileRunner", (16, 3))
-    assert _timed(profiling) == {"ToyTileRunner": {(16, 3)}}
+    assert toy_pins.timed(profiling) == {"ToyTileRunner": {(16, 3)}}
 
 
 def test_an_invalid_inner_entry_leaves_the_key_to_the_outer_tables(engine, monkeypatch):
-    outer = _table(_entry("ToyTileRunner", [32, 2]))
-    inner = _table(_entry("ToySplitRunner", 3))  # 3 is not in [1, 2, 4]
+    outer = toy_pins.table(toy_pins.entry("ToyTileRunner", [32, 2]))
+    inner = toy_pins.table(toy_pins.entry("ToySplitRunner", 3))  # 3 is not in [1, 2, 4]
     profiling = toy_op.start(monkeypatch, 27)
     with fi_patches.pinned_tactics(outer), fi_patches.pinned_tactics(inner):
         assert _tune(engine) == ("ToyTileRunner", (32, 2))
-    assert _timed(profiling) == {"ToyTileRunner": {(32, 2)}}
+    assert toy_pins.timed(profiling) == {"ToyTileRunner": {(32, 2)}}
 
 
 def test_preseed_answers_only_a_pin_its_runner_offers(engine, monkeypatch, caplog):
@@ -133,22 +97,28 @@ def test_preseed_answers_only_a_pin_its_runner_offers(engine, monkeypatch, caplo
 
     profiling = toy_op.start(monkeypatch, 28)
     with caplog.at_level(logging.ERROR, logger="fi_patches"):
-        with fi_patches.pinned_tactics(_table(_entry("ToySplitRunner", 3)), mode="preseed"):
+        with fi_patches.pinned_tactics(
+            toy_pins.table(toy_pins.entry("ToySplitRunner", 3)), mode="preseed"
+        ):
             tuned = _tune(engine)
             x, w = toy_op.operands(ROWS, N)
             served = AutoTuner.get().choose_one(
                 toy_op.OP, toy_op.runners(), toy_op.config(), [x, w]
             )
-    assert _timed(profiling) == STOCK  # tuned as if unpinned
+    assert toy_pins.timed(profiling) == STOCK  # tuned as if unpinned
     assert tuned[1] != 3 and (type(served[0]).__name__, served[1]) == tuned
     assert any("not among the 3 tactics" in r.getMessage() for r in caplog.records)
 
 
 def test_preseed_serves_a_valid_pin_without_timing_anything(engine, monkeypatch):
     profiling = toy_op.start(monkeypatch, 29)
-    with fi_patches.pinned_tactics(_table(_entry("ToySplitRunner", 4)), mode="preseed"):
+    with fi_patches.pinned_tactics(
+        toy_pins.table(toy_pins.entry("ToySplitRunner", 4)), mode="preseed"
+    ):
         assert _tune(engine) == ("ToySplitRunner", 4)
-    assert _timed(profiling) == {}  # the pinned bucket timed nothing (the others were tuned)
+    assert (
+        toy_pins.timed(profiling) == {}
+    )  # the pinned bucket timed nothing (the others were tuned)
     assert all(bucket != ROWS for _, bucket in toy_op.chosen())  # and was written nowhere
 
 
@@ -181,7 +151,7 @@ def test_a_runner_inheriting_its_tactic_list_is_pinned_by_its_own_name(engine, m
 
     base, first, second = _inherited_classes()
     runners = [first(), second()]
-    table = _table({**_entry("ToyInheritingB", 2), "op": INHERITED_OP})
+    table = toy_pins.table({**toy_pins.entry("ToyInheritingB", 2), "op": INHERITED_OP})
     profiling = toy_op.start(monkeypatch, 30)
     x, w = toy_op.operands(ROWS, N)
     with fi_patches.pinned_tactics(table):
@@ -192,7 +162,7 @@ def test_a_runner_inheriting_its_tactic_list_is_pinned_by_its_own_name(engine, m
                 INHERITED_OP, runners, toy_op.config(), [x, w]
             )
     assert (type(runner).__name__, tactic) == ("ToyInheritingB", 2)
-    assert _timed(profiling) == {"ToyInheritingB": {2}}
+    assert toy_pins.timed(profiling) == {"ToyInheritingB": {2}}
     for cls in (first, second):  # exact restore: no attribute of their own is left behind
         assert "get_valid_tactics" not in vars(cls)
     assert vars(base)["get_valid_tactics"].__qualname__.endswith("ToySharedBase.get_valid_tactics")
@@ -208,7 +178,7 @@ def test_a_lockfile_block_restores_every_object_it_touched(engine, monkeypatch):
     tile, split = (type(r) for r in toy_op.runners())
     classes = (AutoTuner, TunableRunner, tile, split)
     before = {(c.__qualname__, k): v for c in classes for k, v in vars(c).items()}
-    with fi_patches.pinned_tactics(_table(_entry("ToySplitRunner", 4))):
+    with fi_patches.pinned_tactics(toy_pins.table(toy_pins.entry("ToySplitRunner", 4))):
         inside = {(c.__qualname__, k): v for c in classes for k, v in vars(c).items()}
         _tune(engine)
         toy_op.toy_mm(*toy_op.operands(ROWS, N))
@@ -225,16 +195,18 @@ def test_within_a_table_the_runner_first_in_the_calls_order_serves(engine, monke
     """A lockfile recorded from a server that calls one op with two backends pins both runners
     for one key (each tuned apart): a call choosing among both serves the one FlashInfer's own
     lookup would find first, the runner first in the call's list."""
-    table = _table(_entry("ToySplitRunner", 2), _entry("ToyTileRunner", [16, 2]))
+    table = toy_pins.table(
+        toy_pins.entry("ToySplitRunner", 2), toy_pins.entry("ToyTileRunner", [16, 2])
+    )
     tile, split = toy_op.runners()
     profiling = toy_op.start(monkeypatch, 32)
     with fi_patches.pinned_tactics(table):
         assert _tune(engine, [tile, split]) == ("ToyTileRunner", (16, 2))
-    assert _timed(profiling) == {"ToyTileRunner": {(16, 2)}}
+    assert toy_pins.timed(profiling) == {"ToyTileRunner": {(16, 2)}}
     profiling = toy_op.start(monkeypatch, 33)
     with fi_patches.pinned_tactics(table):
         assert _tune(engine, [split, tile]) == ("ToySplitRunner", 2)
-    assert _timed(profiling) == {"ToySplitRunner": {2}}
+    assert toy_pins.timed(profiling) == {"ToySplitRunner": {2}}
 
 
 # Decisions remembered for calls made again ------------------------------------------------------
@@ -264,9 +236,9 @@ def test_a_direct_call_made_again_is_answered_without_asking_the_runner_again(en
 
     calls: list[str] = []
     runner = _counting_runner(calls)
-    entry = {**_entry("ToyCountingRunner", 2), "extras": "(torch.float32,)"}
+    entry = {**toy_pins.entry("ToyCountingRunner", 2), "extras": "(torch.float32,)"}
     x, w = toy_op.operands(ROWS, N)
-    with fi_patches.pinned_tactics(_table(entry)):
+    with fi_patches.pinned_tactics(toy_pins.table(entry)):
         assert runner.get_valid_tactics([x, w], None) == [2]
         first = len(calls)
         for _ in range(5):
@@ -282,11 +254,11 @@ def test_a_lookup_while_serving_is_decided_once_per_call_signature(engine, monke
 
     calls: list[str] = []
     runner = _counting_runner(calls)
-    entry = {**_entry("ToyCountingRunner", 4), "extras": "(torch.float32,)"}
+    entry = {**toy_pins.entry("ToyCountingRunner", 4), "extras": "(torch.float32,)"}
     toy_op.start(monkeypatch, 34)
     x, w = toy_op.operands(ROWS, N)
     tuner = AutoTuner.get()
-    with fi_patches.pinned_tactics(_table(entry), mode="preseed"):
+    with fi_patches.pinned_tactics(toy_pins.table(entry), mode="preseed"):
         assert tuner.choose_one(toy_op.OP, [runner], toy_op.config(), [x, w])[1] == 4
         listed = calls.count("list")
         for _ in range(5):
@@ -302,7 +274,7 @@ def test_remembered_decisions_are_bounded(engine):
 
     calls: list[str] = []
     runner = _counting_runner(calls)
-    with fi_patches.pinned_tactics(_table(_entry("ToyCountingRunner", 2))):
+    with fi_patches.pinned_tactics(toy_pins.table(toy_pins.entry("ToyCountingRunner", 2))):
         index = stack.current_index()
         assert index is not None
         for rows in range(1, MEMO_MAX + 50):
@@ -319,12 +291,12 @@ def test_remembered_decisions_let_their_runners_and_classes_go(engine, monkeypat
 
     from flashinfer.autotuner import AutoTuner
 
-    entry = {**_entry("ToyCountingRunner", 4), "extras": "(torch.float32,)"}
+    entry = {**toy_pins.entry("ToyCountingRunner", 4), "extras": "(torch.float32,)"}
     toy_op.start(monkeypatch, 34)
     x, w = toy_op.operands(ROWS, N)
     tuner = AutoTuner.get()
     gone: list[weakref.ref[Any]] = []
-    with fi_patches.pinned_tactics(_table(entry), mode="preseed"):
+    with fi_patches.pinned_tactics(toy_pins.table(entry), mode="preseed"):
         for _ in range(3):
             runner = _counting_runner([])
             assert runner.get_valid_tactics([x, w], None) == [4]
@@ -341,66 +313,17 @@ def test_remembered_decisions_let_their_runners_and_classes_go(engine, monkeypat
 # process-wide pins (``fi_patches.enable()`` with a registered table, as ``FI_PATCHES_PINS`` and
 # the vLLM/SGLang plugins run), inside a narrowing block and inside a preseed block.
 
-SERVING_MODES = ("process", "narrow", "preseed")
-
-
-@contextmanager
-def _serving(table: PinTable, mode: str) -> Iterator[None]:
-    """``table`` in force in ``mode``; left (``disable()`` for process-wide pins) after."""
-    if mode == "process":
-        fi_patches.register_pins(table)
-        fi_patches.enable()
-        try:
-            yield
-        finally:
-            fi_patches.disable()
-            fi_patches.register_pins(None)
-    else:
-        with fi_patches.pinned_tactics(table, mode=mode):
-            yield
-
-
-def _warmed(engine: Any, monkeypatch: pytest.MonkeyPatch, seed: int = 41) -> dict[Any, Any]:
-    """A server's warm-up tuned stock: FlashInfer's cached winners ``(n, bucket) -> (runner
-    class, tactic)``."""
-    toy_op.start(monkeypatch, seed)
-    with engine.autotune(True):
-        toy_op.warm_up()
-    return toy_op.chosen()
-
-
-def _not_cached(winners: dict[Any, Any], skip: int = 0) -> tuple[str, Any]:
-    """A pin for the key ``(N, ROWS)`` that is not FlashInfer's cached winner for it."""
-    cached = winners[(N, ROWS)]
-    options = [("ToyTileRunner", t) for t in sorted(STOCK["ToyTileRunner"])]
-    options += [("ToySplitRunner", t) for t in sorted(STOCK["ToySplitRunner"])]
-    return [o for o in options if o != cached][skip]
-
-
-def _ran(x: Any, w: Any) -> list[tuple[str, int, Any]]:
-    """The ``(runner class, rows, tactic)`` one call of the toy op really ran."""
-    toy_op.RAN.calls.clear()
-    toy_op.toy_mm(x, w)
-    return list(toy_op.RAN.calls)
-
-
-def _pin_of(runner: str, tactic: Any) -> PinTable:
-    """A table pinning the key ``(N, ROWS)`` of ``runner``'s float32 calls to ``tactic``."""
-    extras = "(torch.float32,)" if runner == "ToyTileRunner" else "()"
-    tactic = list(tactic) if isinstance(tactic, tuple) else tactic
-    return _table(_entry(runner, tactic, extras=extras))
-
 
 @pytest.mark.parametrize("mode", SERVING_MODES)
 def test_serving_runs_the_pin_and_never_a_cached_winner_that_is_not_it(engine, monkeypatch, mode):
-    winners = _warmed(engine, monkeypatch)
-    runner, pin = _not_cached(winners)
+    winners = toy_pins.warmed(engine, monkeypatch)
+    runner, pin = toy_pins.not_cached(winners)
     x, w = toy_op.operands(ROWS, N)
-    stock = _ran(x, w)
+    stock = toy_pins.ran(x, w)
     assert stock == [(*winners[(N, ROWS)][:1], ROWS, winners[(N, ROWS)][1])]
-    with _serving(_pin_of(runner, pin), mode):
+    with toy_pins.serving(toy_pins.pin_of(runner, pin), mode):
         for _ in range(3):  # decided, then answered from the remembered decision
-            assert _ran(x, w) == [(runner, ROWS, pin)]
+            assert toy_pins.ran(x, w) == [(runner, ROWS, pin)]
         # a lookup passing FlashInfer's further arguments is answered alike
         from flashinfer.autotuner import AutoTuner
 
@@ -414,7 +337,7 @@ def test_serving_runs_the_pin_and_never_a_cached_winner_that_is_not_it(engine, m
             require_profiling_policy=False,
         )
         assert found[:3] == (True, ["ToyTileRunner", "ToySplitRunner"].index(runner), pin)
-    assert _ran(x, w) == stock
+    assert toy_pins.ran(x, w) == stock
 
 
 @pytest.mark.parametrize("mode", SERVING_MODES)
@@ -422,8 +345,8 @@ def test_serving_leaves_unpinned_keys_flashinfers_own_answer(engine, monkeypatch
     import torch
     from flashinfer.autotuner import AutoTuner
 
-    winners = _warmed(engine, monkeypatch)
-    runner, pin = _not_cached(winners)
+    winners = toy_pins.warmed(engine, monkeypatch)
+    runner, pin = toy_pins.not_cached(winners)
     tuner, config = AutoTuner.get(), toy_op.config()
     tile, split = toy_op.runners()
     x, w = toy_op.operands(ROWS, N)
@@ -436,7 +359,7 @@ def test_serving_leaves_unpinned_keys_flashinfers_own_answer(engine, monkeypatch
         (f"{op}_unpinned", [tile, split], [x, w]),  # an op no entry pins, at the pinned shapes
     ]
     stock = [tuner.choose_one(o, r, config, i) for o, r, i in calls]
-    with _serving(_pin_of(runner, pin), mode):
+    with toy_pins.serving(toy_pins.pin_of(runner, pin), mode):
         for _ in range(2):
             assert [tuner.choose_one(o, r, config, i) for o, r, i in calls] == stock
         assert tuner.choose_one(toy_op.OP, [tile, split], config, [x, w])[1] == pin
@@ -446,11 +369,11 @@ def test_serving_leaves_unpinned_keys_flashinfers_own_answer(engine, monkeypatch
 def test_serving_exit_restores_the_exact_original_objects(engine, monkeypatch, mode):
     from flashinfer.autotuner import AutoTuner, TunableRunner
 
-    winners = _warmed(engine, monkeypatch)
+    winners = toy_pins.warmed(engine, monkeypatch)
     tile, split = (type(r) for r in toy_op.runners())
     classes = (AutoTuner, TunableRunner, tile, split)
     before = {(c.__qualname__, k): v for c in classes for k, v in vars(c).items()}
-    with _serving(_pin_of(*_not_cached(winners)), mode):
+    with toy_pins.serving(toy_pins.pin_of(*toy_pins.not_cached(winners)), mode):
         inside = {(c.__qualname__, k): v for c in classes for k, v in vars(c).items()}
         toy_op.toy_mm(*toy_op.operands(ROWS, N))
     after = {(c.__qualname__, k): v for c in classes for k, v in vars(c).items()}
@@ -463,31 +386,31 @@ def test_serving_pins_stay_in_their_context_and_nest(engine, monkeypatch, mode):
     """A block's pins serve its own context only; process-wide pins serve every thread, also
     while another thread has a block open. An inner block wins for its keys, and once it is
     left the outer pin serves again (no decision of the inner block's is served after it)."""
-    winners = _warmed(engine, monkeypatch)
-    outer, inner = _not_cached(winners), _not_cached(winners, skip=1)
+    winners = toy_pins.warmed(engine, monkeypatch)
+    outer, inner = toy_pins.not_cached(winners), toy_pins.not_cached(winners, skip=1)
     x, w = toy_op.operands(ROWS, N)
-    stock = _ran(x, w)
+    stock = toy_pins.ran(x, w)
     seen: list[Any] = []
 
     def elsewhere() -> None:
-        seen.append(_ran(x, w))
+        seen.append(toy_pins.ran(x, w))
 
-    with _serving(_pin_of(*outer), mode):
-        assert _ran(x, w) == [(outer[0], ROWS, outer[1])]
+    with toy_pins.serving(toy_pins.pin_of(*outer), mode):
+        assert toy_pins.ran(x, w) == [(outer[0], ROWS, outer[1])]
         thread = threading.Thread(target=elsewhere)
         thread.start()
         thread.join()
         for nested in ("narrow", "preseed"):
-            with fi_patches.pinned_tactics(_pin_of(*inner), mode=nested):
-                assert _ran(x, w) == [(inner[0], ROWS, inner[1])]
+            with fi_patches.pinned_tactics(toy_pins.pin_of(*inner), mode=nested):
+                assert toy_pins.ran(x, w) == [(inner[0], ROWS, inner[1])]
                 if mode == "process":  # another thread's block leaves this thread's pins be
                     thread = threading.Thread(target=elsewhere)
                     thread.start()
                     thread.join()
-            assert _ran(x, w) == [(outer[0], ROWS, outer[1])]
+            assert toy_pins.ran(x, w) == [(outer[0], ROWS, outer[1])]
     expected = [(outer[0], ROWS, outer[1])] if mode == "process" else stock
     assert seen == [expected] * len(seen) and len(seen) == (3 if mode == "process" else 1)
-    assert _ran(x, w) == stock
+    assert toy_pins.ran(x, w) == stock
 
 
 @pytest.mark.parametrize("mode", SERVING_MODES)
@@ -499,7 +422,7 @@ def test_serving_lookups_keep_candidate_lists_rank_consistent(engine, monkeypatc
 
     ranks = []
     for seed in (51, 52):
-        winners = _warmed(engine, monkeypatch, seed)
+        winners = toy_pins.warmed(engine, monkeypatch, seed)
         ranks.append(winners[(N, ROWS)])
     assert ranks[0] != ranks[1]  # the seeds' fresh tunes disagree on the key
     runner, pin = "ToyTileRunner", (16, 3)
@@ -507,12 +430,12 @@ def test_serving_lookups_keep_candidate_lists_rank_consistent(engine, monkeypatc
     outcomes = []
     for seed, served_first in ((51, True), (52, False)):
         profiling = toy_op.start(monkeypatch, seed)
-        with _serving(_pin_of(runner, pin), mode):
+        with toy_pins.serving(toy_pins.pin_of(runner, pin), mode):
             if served_first:
-                assert _ran(x, w) == [(runner, ROWS, pin)]
+                assert toy_pins.ran(x, w) == [(runner, ROWS, pin)]
             with engine.autotune(True):
                 toy_op.toy_mm(x, w)
-            outcomes.append((_timed(profiling), _ran(x, w)))
+            outcomes.append((toy_pins.timed(profiling), toy_pins.ran(x, w)))
             assert (
                 AutoTuner.get().choose_one(toy_op.OP, toy_op.runners(), toy_op.config(), [x, w])[1]
                 == pin
@@ -535,8 +458,8 @@ def test_serving_sees_tables_disable_enable_and_refresh_on_the_next_call(engine,
         return tuner.choose_one(toy_op.OP, [counting], config, [x, w])[1]
 
     stock = served()
-    table = _table({**_entry("ToyCountingRunner", 4), "extras": "(torch.float32,)"})
-    with _serving(table, mode):  # loaded after the calls above
+    table = toy_pins.table({**toy_pins.entry("ToyCountingRunner", 4), "extras": "(torch.float32,)"})
+    with toy_pins.serving(table, mode):  # loaded after the calls above
         assert served() == 4
         listed = calls.count("list")
         assert served() == 4 and calls.count("list") == listed  # remembered
@@ -576,7 +499,7 @@ def test_a_pin_the_runners_own_check_rejects_gets_flashinfers_answer(engine, mon
     x, w = toy_op.operands(ROWS, N)
     tuner, config = AutoTuner.get(), toy_op.config()
     stock = tuner.choose_one(toy_op.OP, [runner], config, [x, w])
-    with _serving(_table(_entry("ToyCheckingRunner", 2)), mode):
+    with toy_pins.serving(toy_pins.table(toy_pins.entry("ToyCheckingRunner", 2)), mode):
         assert tuner.choose_one(toy_op.OP, [runner], config, [x, w])[1] == 2
         verdict[0] = False
         assert tuner.choose_one(toy_op.OP, [runner], config, [x, w]) == stock
@@ -599,15 +522,17 @@ def test_a_thread_without_pins_gets_flashinfers_own_answers_while_another_holds_
     is served its pin meanwhile."""
     from flashinfer.autotuner import AutoTuner
 
-    winners = _warmed(engine, monkeypatch)
-    runner, pin = _not_cached(winners)
+    winners = toy_pins.warmed(engine, monkeypatch)
+    runner, pin = toy_pins.not_cached(winners)
     tuner, config, runners = AutoTuner.get(), toy_op.config(), toy_op.runners()
     pinned, plain = _runner_named(runner), _plain_runner()
     x, w = toy_op.operands(ROWS, N)
     shapes = ((ROWS, toy_op.K), (toy_op.K, N))
     extras = "(torch.float32,)" if runner == "ToyTileRunner" else "()"
     listed = list(pin) if isinstance(pin, tuple) else pin
-    table = _table(_entry(runner, listed, extras=extras), _entry("ToyPlainRunner", 2))
+    table = toy_pins.table(
+        toy_pins.entry(runner, listed, extras=extras), toy_pins.entry("ToyPlainRunner", 2)
+    )
     stock_method = AutoTuner.__dict__["search_cache"]
 
     # The lookup's further keyword arguments, as far as this release's search_cache takes them
@@ -632,49 +557,24 @@ def test_a_thread_without_pins_gets_flashinfers_own_answers_while_another_holds_
             *lookups,
             pinned.get_valid_tactics([x, w], None),
             plain.get_valid_tactics([x, w], None),
-            _ran(x, w),
+            toy_pins.ran(x, w),
         ]
 
     stock = answers()
 
     def inside() -> list[Any]:
         return [
-            _ran(x, w),
+            toy_pins.ran(x, w),
             pinned.get_valid_tactics([x, w], None),
             plain.get_valid_tactics([x, w], None),
         ]
 
-    with held_in_another_thread(table, inside) as seen:
+    with toy_pins.held_in_another_thread(table, inside) as seen:
         assert AutoTuner.__dict__["search_cache"] is not stock_method  # the wrappers are in
         for _ in range(2):  # decided, then the same from the fast path
             assert answers() == stock
     assert seen == [[(runner, ROWS, pin)], [pin], [2]]
     assert answers() == stock
-
-
-@contextmanager
-def held_in_another_thread(
-    table: PinTable, inside: Callable[[], Any] = lambda: None
-) -> Iterator[Any]:
-    """``table`` open in a block of another thread (the wrappers installed, no pins in this one)
-    while the body runs; ``inside()`` runs in that block first, and the body gets its result."""
-    entered, leave = threading.Event(), threading.Event()
-    seen: list[Any] = []
-
-    def hold() -> None:
-        with fi_patches.pinned_tactics(table):
-            seen.append(inside())
-            entered.set()
-            leave.wait()
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert entered.wait(30)
-        yield seen[0]
-    finally:
-        leave.set()
-        holder.join()
 
 
 def _plain_runner() -> Any:
@@ -717,12 +617,12 @@ def test_process_wide_pins_serve_a_thread_without_a_block_while_another_holds_on
     inside: list[Any] = []
 
     def hold() -> None:
-        with fi_patches.pinned_tactics(_table(_entry("ToyPlainRunner", 4))):
+        with fi_patches.pinned_tactics(toy_pins.table(toy_pins.entry("ToyPlainRunner", 4))):
             inside.append(served())
             entered.set()
             leave.wait()
 
-    with _serving(_table(_entry("ToyPlainRunner", 2)), "process"):
+    with toy_pins.serving(toy_pins.table(toy_pins.entry("ToyPlainRunner", 2)), "process"):
         holder = threading.Thread(target=hold)
         holder.start()
         try:

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from fi_patches.cli import main
+from tests.chain_helpers import CHAIN
 from tests.conftest import flashinfer_or_skip
-from tests.test_chain_cli import CHAIN
 
 HOSTILE: dict[str, bytes] = {
     "latin1": '[chain]\nname = "caf\xe9"\n'.encode("latin-1"),

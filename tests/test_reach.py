@@ -17,17 +17,8 @@ from typing import Any
 import pytest
 
 from fi_patches.internals import tuner as fi_tuner
-from tests import toy_op
-from tests.test_engine_serving import (
-    SERVING_MODES,
-    N,
-    _not_cached,
-    _pin_of,
-    _ran,
-    _serving,
-    _table,
-    _warmed,
-)
+from tests import toy_op, toy_pins
+from tests.toy_pins import SERVING_MODES, N
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -76,8 +67,8 @@ def test_a_key_named_by_a_bucketed_input_alone_is_served_its_pin(engine, monkeyp
     """A ``[[pin]]`` fixing whole only the tuned input (its bucket, 8 rows) and any weight serves
     a call of 6 rows, which FlashInfer keys as 8: the reach test never reads an input the
     config buckets, so it passes such a call on to the full search."""
-    winners = _warmed(engine, monkeypatch)
-    runner, pin = _not_cached(winners)
+    winners = toy_pins.warmed(engine, monkeypatch)
+    runner, pin = toy_pins.not_cached(winners)
     extras = "(torch.float32,)" if runner == "ToyTileRunner" else "()"
     entry = {
         "op": toy_op.OP,
@@ -87,12 +78,17 @@ def test_a_key_named_by_a_bucketed_input_alone_is_served_its_pin(engine, monkeyp
         "extras": extras,
     }
     x, w = toy_op.operands(6, N)
-    assert _ran(x, w) == [(*winners[(N, 8)][:1], 6, winners[(N, 8)][1])]  # stock: the winner
-    with caplog.at_level(logging.INFO, logger="fi_patches"), _serving(_table(entry), mode):
+    assert toy_pins.ran(x, w) == [
+        (*winners[(N, 8)][:1], 6, winners[(N, 8)][1])
+    ]  # stock: the winner
+    with (
+        caplog.at_level(logging.INFO, logger="fi_patches"),
+        toy_pins.serving(toy_pins.table(entry), mode),
+    ):
         # 8 rows first: a call whose bucketed input has the key's shape as it is
-        assert _ran(*toy_op.operands(8, N)) == [(runner, 8, pin)]
+        assert toy_pins.ran(*toy_op.operands(8, N)) == [(runner, 8, pin)]
         for _ in range(3):  # decided, then answered from the remembered decision
-            assert _ran(x, w) == [(runner, 6, pin)]
+            assert toy_pins.ran(x, w) == [(runner, 6, pin)]
     assert not [r for r in caplog.records if "reach test would read" in r.getMessage()]
 
 
@@ -106,13 +102,13 @@ def test_ops_named_at_run_time_keep_the_reach_map_bounded(engine, monkeypatch):
     from fi_patches.pinning import stack
 
     monkeypatch.setattr(pin_index, "MEMO_MAX", 16)
-    winners = _warmed(engine, monkeypatch)
-    runner, pin = _not_cached(winners)
-    table = _pin_of(runner, pin)
+    winners = toy_pins.warmed(engine, monkeypatch)
+    runner, pin = toy_pins.not_cached(winners)
+    table = toy_pins.pin_of(runner, pin)
     x, w = toy_op.operands(8, N)
     tuner, config, runners = AutoTuner.get(), toy_op.config(), toy_op.runners()
-    with _serving(table, "process"):
-        assert _ran(x, w) == [(runner, 8, pin)]
+    with toy_pins.serving(table, "process"):
+        assert toy_pins.ran(x, w) == [(runner, 8, pin)]
         index = stack.current_index()
         assert index is not None
         sizes = []
@@ -122,7 +118,7 @@ def test_ops_named_at_run_time_keep_the_reach_map_bounded(engine, monkeypatch):
         assert max(sizes) <= 16, sizes
         assert any(after < before for before, after in itertools.pairwise(sizes)), sizes
         assert index.reach[f"{toy_op.OP}_built_0"] is pin_index.UNSERVED
-        assert _ran(x, w) == [(runner, 8, pin)]
+        assert toy_pins.ran(x, w) == [(runner, 8, pin)]
 
 
 @pytest.mark.parametrize("mode", SERVING_MODES)
@@ -130,15 +126,15 @@ def test_keys_the_reach_test_passes_on_are_decided_as_before(engine, monkeypatch
     """Through the reach test: the pinned key is served its pin; the pinned weight at rows the
     entry does not cover (passes the test, decided in the memo) and another weight (stopped
     by the test) get FlashInfer's cached winners, call after call."""
-    winners = _warmed(engine, monkeypatch)
-    runner, pin = _not_cached(winners)
+    winners = toy_pins.warmed(engine, monkeypatch)
+    runner, pin = toy_pins.not_cached(winners)
     other_weight = toy_op.WEIGHTS[1]
-    with _serving(_pin_of(runner, pin), mode):
+    with toy_pins.serving(toy_pins.pin_of(runner, pin), mode):
         for _ in range(3):
-            assert _ran(*toy_op.operands(8, N)) == [(runner, 8, pin)]
+            assert toy_pins.ran(*toy_op.operands(8, N)) == [(runner, 8, pin)]
             for rows, n in ((64, N), (8, other_weight), (64, other_weight)):
                 cached = winners[(n, rows)]
-                assert _ran(*toy_op.operands(rows, n)) == [(cached[0], rows, cached[1])]
+                assert toy_pins.ran(*toy_op.operands(rows, n)) == [(cached[0], rows, cached[1])]
 
 
 CHILD = """
@@ -148,8 +144,7 @@ logging.basicConfig(level=logging.INFO, format="%(name)s %(message)s")
 import flashinfer, pytest
 from flashinfer.autotuner import AutoTuner
 import fi_patches
-from tests import toy_op
-from tests.test_engine_serving import _ran, _table
+from tests import toy_op, toy_pins
 
 # The fault: FlashInfer's profile keys a weight 48 wide as 64 wide, which the op's tuning config
 # does not name (a release keying more than its specs say; the compat check's probe shapes,
@@ -168,12 +163,12 @@ toy_op.start(monkeypatch, 41)
 with flashinfer.autotune(True):
     toy_op.warm_up()
 x, w = toy_op.operands(8, 48)  # keyed as width 64 by the edited profile
-stock_ran = _ran(x, w)[0]
+stock_ran = toy_pins.ran(x, w)[0]
 tactic = next(t for t in (1, 2, 4) if (stock_ran[0], stock_ran[2]) != ("ToySplitRunner", t))
 entry = {"op": toy_op.OP, "runner": "ToySplitRunner", "min_rows": 8, "max_rows": 8,
          "shapes": [["rows", toy_op.K], [toy_op.K, 64]], "tactic": tactic, "extras": "()"}
-with fi_patches.pinned_tactics(_table(entry)):
-    ran = [_ran(x, w)[0] for _ in range(3)]
+with fi_patches.pinned_tactics(toy_pins.table(entry)):
+    ran = [toy_pins.ran(x, w)[0] for _ in range(3)]
 print("STOCK", stock_ran, "PIN", tactic, "RAN", ran == [("ToySplitRunner", 8, tactic)] * 3, ran)
 """
 

@@ -23,18 +23,9 @@ import pytest
 import fi_patches
 from fi_patches.pinning.stack import current_index
 from fi_patches.pins import PinTable
-from tests import lowlat, toy_op
+from tests import lowlat, toy_op, toy_pins
 from tests.conftest import require_feature
-from tests.test_engine_serving import (
-    ROWS,
-    SERVING_MODES,
-    N,
-    _not_cached,
-    _pin_of,
-    _serving,
-    _warmed,
-    held_in_another_thread,
-)
+from tests.toy_pins import ROWS, SERVING_MODES, N
 
 OURS = str(Path(fi_patches.__file__).resolve().parent)
 WRAPPERS = {"lean", "search_cache"}
@@ -99,8 +90,8 @@ def _lookups(
     serving lookups: that key, another weight's key of the same op, and an op no entry pins."""
     from flashinfer.autotuner import AutoTuner
 
-    winners = _warmed(engine, monkeypatch)
-    table = _pin_of(*_not_cached(winners))
+    winners = toy_pins.warmed(engine, monkeypatch)
+    table = toy_pins.pin_of(*toy_pins.not_cached(winners))
     if any_op:
         require_feature("pinned_tactics")
         n, k = lowlat.SHAPE
@@ -130,7 +121,7 @@ def test_a_serving_lookup_runs_only_its_budget_of_fi_patches(engine, monkeypatch
     stock = {case: _work(lookup) for case, lookup in lookups.items()}
     assert not any(work.ours for work in stock.values())  # nothing of ours is installed
     context = {CONTEXT_READ} if mode != "process" else set()  # a block is open: read it
-    with _serving(table, mode):
+    with toy_pins.serving(table, mode):
         index = current_index()
         assert index is not None and (f"{toy_op.OP}_unpinned" in index.served) is any_op
         found = {case: _work(lookup) for case, lookup in lookups.items()}
@@ -159,7 +150,7 @@ def test_a_thread_without_pins_runs_the_wrappers_and_one_context_read(engine, mo
     the wrappers, reads its context once, and runs FlashInfer's lookup as stock does."""
     table, lookups = _lookups(engine, monkeypatch)
     stock = {case: _work(lookup) for case, lookup in lookups.items()}
-    with held_in_another_thread(table):
+    with toy_pins.held_in_another_thread(table):
         found = {case: _work(lookup) for case, lookup in lookups.items()}
     for case, work in found.items():
         assert set(work.ours) <= WRAPPERS and "lean" in work.ours, (case, work)

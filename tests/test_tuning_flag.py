@@ -10,9 +10,8 @@ import threading
 from typing import Any
 
 import fi_patches
-from tests import toy_op
-from tests.test_engine_serving import ROWS, N, _entry, _table, _timed
-from tests.test_unwrap import _tuner_namespace as _namespace
+from tests import toy_op, toy_pins
+from tests.toy_pins import ROWS, N
 
 
 def _choose_one(engine: Any) -> tuple[str, Any]:
@@ -27,58 +26,60 @@ def _choose_one(engine: Any) -> tuple[str, Any]:
 
 def test_choose_one_is_wrapped_only_while_the_tuner_tunes(engine, monkeypatch):
     toy_op.start(monkeypatch, 61)
-    stock = _namespace()
-    with fi_patches.pinned_tactics(_table(_entry("ToySplitRunner", 4))):
-        assert _namespace()["choose_one"] is stock["choose_one"]  # serving: FlashInfer's own
+    stock = toy_op.tuner_namespace()
+    with fi_patches.pinned_tactics(toy_pins.table(toy_pins.entry("ToySplitRunner", 4))):
+        assert (
+            toy_op.tuner_namespace()["choose_one"] is stock["choose_one"]
+        )  # serving: FlashInfer's own
         with engine.autotune(True):
-            wrapped = _namespace()["choose_one"]
+            wrapped = toy_op.tuner_namespace()["choose_one"]
             assert wrapped is not stock["choose_one"]
             assert wrapped.__wrapped__ is stock["choose_one"]
             with engine.autotune(True):  # nested: FlashInfer keeps its flag set
-                assert _namespace()["choose_one"] is wrapped
+                assert toy_op.tuner_namespace()["choose_one"] is wrapped
             with engine.autotune(False):  # while a tuning context is open, still tuning
-                assert _namespace()["choose_one"] is wrapped
-            assert _namespace()["choose_one"] is wrapped
+                assert toy_op.tuner_namespace()["choose_one"] is wrapped
+            assert toy_op.tuner_namespace()["choose_one"] is wrapped
             assert _choose_one(engine) == ("ToySplitRunner", 4)
-        assert _namespace()["choose_one"] is stock["choose_one"]
+        assert toy_op.tuner_namespace()["choose_one"] is stock["choose_one"]
         with engine.autotune(True):  # a second tuning gets the same wrapper's behaviour
-            assert _namespace()["choose_one"].__wrapped__ is stock["choose_one"]
-        assert _namespace()["choose_one"] is stock["choose_one"]
-    after = _namespace()
+            assert toy_op.tuner_namespace()["choose_one"].__wrapped__ is stock["choose_one"]
+        assert toy_op.tuner_namespace()["choose_one"] is stock["choose_one"]
+    after = toy_op.tuner_namespace()
     assert after.keys() == stock.keys()  # the flag's watcher is gone too
     assert all(after[name] is stock[name] for name in stock)
 
 
 def test_a_block_entered_while_the_tuner_tunes_pins_that_tuning(engine, monkeypatch):
     profiling = toy_op.start(monkeypatch, 62)
-    stock = _namespace()
+    stock = toy_op.tuner_namespace()
     with engine.autotune(True):
-        with fi_patches.pinned_tactics(_table(_entry("ToySplitRunner", 4))):
-            assert _namespace()["choose_one"].__wrapped__ is stock["choose_one"]
+        with fi_patches.pinned_tactics(toy_pins.table(toy_pins.entry("ToySplitRunner", 4))):
+            assert toy_op.tuner_namespace()["choose_one"].__wrapped__ is stock["choose_one"]
             assert _choose_one(engine) == ("ToySplitRunner", 4)
         # Leaving the block while tuning goes on restores FlashInfer's own.
-        assert _namespace()["choose_one"] is stock["choose_one"]
-    assert _timed(profiling) == {"ToySplitRunner": {4}}
-    assert _namespace()["choose_one"] is stock["choose_one"]
+        assert toy_op.tuner_namespace()["choose_one"] is stock["choose_one"]
+    assert toy_pins.timed(profiling) == {"ToySplitRunner": {4}}
+    assert toy_op.tuner_namespace()["choose_one"] is stock["choose_one"]
 
 
 def test_process_wide_pins_tune_pinned_and_serve_the_pin_past_flashinfers_choose_one(
     engine, monkeypatch
 ):
     profiling = toy_op.start(monkeypatch, 63)
-    stock = _namespace()
-    fi_patches.register_pins(_table(_entry("ToySplitRunner", 2)))
+    stock = toy_op.tuner_namespace()
+    fi_patches.register_pins(toy_pins.table(toy_pins.entry("ToySplitRunner", 2)))
     fi_patches.enable()
     try:
         with engine.autotune(True):
             assert _choose_one(engine) == ("ToySplitRunner", 2)
-        assert _timed(profiling) == {"ToySplitRunner": {2}}
-        assert _namespace()["choose_one"] is stock["choose_one"]
+        assert toy_pins.timed(profiling) == {"ToySplitRunner": {2}}
+        assert toy_op.tuner_namespace()["choose_one"] is stock["choose_one"]
         assert _choose_one(engine) == ("ToySplitRunner", 2)  # served, FlashInfer's choose_one
     finally:
         fi_patches.disable()
         fi_patches.register_pins(None)
-    after = _namespace()
+    after = toy_op.tuner_namespace()
     assert after.keys() == stock.keys() and all(after[name] is stock[name] for name in stock)
 
 
@@ -87,7 +88,7 @@ def test_while_another_thread_tunes_a_call_here_is_pinned_too(engine, monkeypatc
     a call made here tunes too (FlashInfer's own behaviour), through the wrapper, and its pin
     wins; when that thread leaves, the wrapper goes."""
     profiling = toy_op.start(monkeypatch, 64)
-    stock = _namespace()
+    stock = toy_op.tuner_namespace()
     tuning, done = threading.Event(), threading.Event()
 
     def tune() -> None:
@@ -95,15 +96,15 @@ def test_while_another_thread_tunes_a_call_here_is_pinned_too(engine, monkeypatc
             tuning.set()
             done.wait(30)
 
-    with fi_patches.pinned_tactics(_table(_entry("ToySplitRunner", 4))):
+    with fi_patches.pinned_tactics(toy_pins.table(toy_pins.entry("ToySplitRunner", 4))):
         holder = threading.Thread(target=tune)
         holder.start()
         try:
             assert tuning.wait(30)
-            assert _namespace()["choose_one"].__wrapped__ is stock["choose_one"]
+            assert toy_op.tuner_namespace()["choose_one"].__wrapped__ is stock["choose_one"]
             assert _choose_one(engine) == ("ToySplitRunner", 4)
         finally:
             done.set()
             holder.join(30)
-        assert _namespace()["choose_one"] is stock["choose_one"]
-    assert _timed(profiling) == {"ToySplitRunner": {4}}
+        assert toy_op.tuner_namespace()["choose_one"] is stock["choose_one"]
+    assert toy_pins.timed(profiling) == {"ToySplitRunner": {4}}

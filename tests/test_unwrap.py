@@ -13,16 +13,10 @@ from typing import Any
 
 import fi_patches
 from fi_patches.patching import stock_method
-from tests import lowlat
+from tests import lowlat, toy_op
 
 N, K = lowlat.SHAPE
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _tuner_namespace() -> dict[str, Any]:
-    from flashinfer.autotuner import AutoTuner
-
-    return dict(vars(AutoTuner))
 
 
 def test_every_wrapper_of_a_block_unwraps_to_flashinfers_original(pinning, monkeypatch):
@@ -36,7 +30,7 @@ def test_every_wrapper_of_a_block_unwraps_to_flashinfers_original(pinning, monke
     tuner_module = fi_tuner.tuner_module()
     runner = lowlat.runner()
     runner_class = type(runner)
-    tuner_before = _tuner_namespace()
+    tuner_before = toy_op.tuner_namespace()
     runner_before = dict(vars(runner_class))
     stock_valid = runner_class.get_valid_tactics
     module_names = (fi_tuner.OPERATION_GATE, fi_tuner.CANDIDATE_GATE)
@@ -80,7 +74,7 @@ def test_every_wrapper_of_a_block_unwraps_to_flashinfers_original(pinning, monke
         # ...the engine's plain functions (hot, and installed by status()'s self-check).
         for name in ("search_cache", "choose_one", "_profile_single_kernel", "get_valid_tactics"):
             assert inspect.isfunction(installed[name]), name
-    tuner_after = _tuner_namespace()
+    tuner_after = toy_op.tuner_namespace()
     assert tuner_after.keys() == tuner_before.keys()
     assert all(tuner_after[name] is tuner_before[name] for name in tuner_before)
     runner_after = dict(vars(runner_class))

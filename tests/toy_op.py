@@ -179,6 +179,14 @@ def winners(op: str = OP) -> dict[tuple[int, int, str], Any]:
     return found
 
 
+def tuner_namespace() -> dict[str, Any]:
+    """FlashInfer's ``AutoTuner`` class attributes as they are now (a copy, to compare with
+    what a block leaves)."""
+    from flashinfer.autotuner import AutoTuner
+
+    return dict(vars(AutoTuner))
+
+
 def cleared() -> Iterator[None]:
     from flashinfer.autotuner import AutoTuner
 
