@@ -21,7 +21,6 @@ many short rounds, each batch after 200 untimed calls (on a shared 2-core VM, ba
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import random
 import statistics
@@ -30,7 +29,6 @@ import sys
 import threading
 import time
 import timeit
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -122,7 +120,7 @@ def lookup_rows(repeat: int, number: int, timed: Any, any_op: Any) -> None:
 
     import fi_patches
     from fi_patches.pinning import stack
-    from tests import toy_op
+    from tests import toy_op, toy_pins
 
     monkeypatch = pytest.MonkeyPatch()
     rounds: dict[str, list[float]] = {}
@@ -205,25 +203,14 @@ def lookup_rows(repeat: int, number: int, timed: Any, any_op: Any) -> None:
                     return stock_choose_one(self, custom_op, runners, tuning_config, inputs)
             return stock_choose_one(self, custom_op, runners, tuning_config, inputs, **kwargs)
 
-        @contextlib.contextmanager
-        def pins_for_the_process(pins: Any) -> Iterator[None]:
-            """``pins`` in force process-wide (as ``FI_PATCHES_PINS`` runs), then none."""
-            fi_patches.register_pins(pins)
-            fi_patches.enable()
-            try:
-                yield
-            finally:
-                fi_patches.disable()
-                fi_patches.register_pins(None)
-
         def process_wide() -> None:
-            with pins_for_the_process(table):
+            with toy_pins.serving(table, "process"):  # as FI_PATCHES_PINS runs
                 assert pinned()[1] == other
                 keep("process-wide pins, pinned key", timed(pinned))
                 keep("process-wide pins, unpinned key", timed(unpinned))
 
         def process_wide_section() -> None:
-            with pins_for_the_process(any_op):
+            with toy_pins.serving(any_op, "process"):
                 assert stack.current_index() is not None
                 keep("process-wide low_latency pins, another op", timed(pinned))
 

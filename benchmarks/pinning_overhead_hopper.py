@@ -141,6 +141,8 @@ def main() -> int:
     args = parser.parse_args()
     ops = [name for name in args.ops.split(",") if name]
     unknown = [name for name in ops if name not in OPS]
+    if not ops:
+        parser.error("--ops names no op")
     if unknown:
         parser.error(f"--ops: {', '.join(unknown)} is not one of {', '.join(OPS)}")
     warm = args.warm_calls
