@@ -45,9 +45,8 @@ def test_a_pin_its_runner_does_not_offer_leaves_the_key_to_every_runner(
 
 def test_a_pin_whose_extras_are_not_its_runners_serves_nothing(engine, monkeypatch):
     profiling = toy_op.start(monkeypatch, 22)
-    wrong = toy_pins.entry(
-        "ToyTileRunner", [16, 2], extras="(torch.bfloat16,)"
-    )  # the call is float32
+    # the call is float32
+    wrong = toy_pins.entry("ToyTileRunner", [16, 2], extras="(torch.bfloat16,)")
     with fi_patches.pinned_tactics(toy_pins.table(wrong)):
         _tune(engine)
     assert toy_pins.timed(profiling) == STOCK
@@ -116,9 +115,8 @@ def test_preseed_serves_a_valid_pin_without_timing_anything(engine, monkeypatch)
         toy_pins.table(toy_pins.entry("ToySplitRunner", 4)), mode="preseed"
     ):
         assert _tune(engine) == ("ToySplitRunner", 4)
-    assert (
-        toy_pins.timed(profiling) == {}
-    )  # the pinned bucket timed nothing (the others were tuned)
+    # the pinned bucket timed nothing (the others were tuned)
+    assert toy_pins.timed(profiling) == {}
     assert all(bucket != ROWS for _, bucket in toy_op.chosen())  # and was written nowhere
 
 

@@ -78,9 +78,8 @@ def test_a_key_named_by_a_bucketed_input_alone_is_served_its_pin(engine, monkeyp
         "extras": extras,
     }
     x, w = toy_op.operands(6, N)
-    assert toy_pins.ran(x, w) == [
-        (*winners[(N, 8)][:1], 6, winners[(N, 8)][1])
-    ]  # stock: the winner
+    stock = [(*winners[(N, 8)][:1], 6, winners[(N, 8)][1])]  # the winner
+    assert toy_pins.ran(x, w) == stock
     with (
         caplog.at_level(logging.INFO, logger="fi_patches"),
         toy_pins.serving(toy_pins.table(entry), mode),

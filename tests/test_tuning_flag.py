@@ -28,9 +28,8 @@ def test_choose_one_is_wrapped_only_while_the_tuner_tunes(engine, monkeypatch):
     toy_op.start(monkeypatch, 61)
     stock = toy_op.tuner_namespace()
     with fi_patches.pinned_tactics(toy_pins.table(toy_pins.entry("ToySplitRunner", 4))):
-        assert (
-            toy_op.tuner_namespace()["choose_one"] is stock["choose_one"]
-        )  # serving: FlashInfer's own
+        # serving: FlashInfer's own
+        assert toy_op.tuner_namespace()["choose_one"] is stock["choose_one"]
         with engine.autotune(True):
             wrapped = toy_op.tuner_namespace()["choose_one"]
             assert wrapped is not stock["choose_one"]
