@@ -309,14 +309,16 @@ class ReachMap(Memo):
     (a section serving any op) would cost a Python call per lookup. Bounded as any memo (a
     host may build op names at run time)."""
 
-    __slots__ = ("_served",)
+    __slots__ = ("served",)
 
-    def __init__(self, served: Container[str]) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self._served = served
+        self.served: Container[str] = frozenset()
+        """The ops a pin of the index may apply to (every op, where a section serves any); set
+        once, when the index is merged."""
 
     def __missing__(self, op: str) -> Reach:
-        if op in self._served:
+        if op in self.served:
             return UNLEARNED
         return self.remember(op, UNSERVED)  # type: ignore[no-any-return]
 
@@ -336,7 +338,6 @@ class PinIndex:
         "reach",
         "section_ops",
         "sections",
-        "served",
         "silenced",
     )
 
@@ -347,8 +348,6 @@ class PinIndex:
         """Ops of ``[[pin]]`` entries."""
         self.section_ops: frozenset[str | None] = frozenset()
         """Ops the sections with entries serve (None: any op)."""
-        self.served: Container[str] = frozenset()
-        """The ops a pin here may apply to (every op, where a section serves any)."""
         self.silenced: dict[str, list[Specialization]] = {}
         """Runner class -> the specializations whose pins silence it."""
         self.modes: dict[int, str] = {}
@@ -365,12 +364,18 @@ class PinIndex:
         """Serving lookups (``search_cache`` outside tuning) decided here, by what FlashInfer
         passes: ``(op, input shapes)`` -> ``(runners held weakly, input kinds, answer, check)``
         (see :mod:`fi_patches.pinning.tuner_cache`)."""
-        self.reach = ReachMap(self.served)
+        self.reach = ReachMap()
         """Op -> the :data:`Reach` its serving lookups last learned, or that no pin here may
         apply to it (see :mod:`fi_patches.pinning.tuner_cache`)."""
         self.probes: dict[str, dict[int, Probe]] = {}
         """Runner class -> per input-list length, the :data:`Probe` that every call pinned or
         silenced here passes and most other calls fail (see :mod:`fi_patches.pinning.stack`)."""
+
+    @property
+    def served(self) -> Container[str]:
+        """The ops a pin here may apply to (every op, where a section serves any): kept once,
+        by the reach map, which tells them apart on every serving lookup."""
+        return self.reach.served
 
     def fresh(self) -> PinIndex:
         """This index, its memos of decided calls emptied first if ``fi_patches.refresh()``
@@ -445,8 +450,9 @@ def _merge(tables: Sequence[tuple[Any, str]]) -> PinIndex:
         for name in spec.silences:
             index.silenced.setdefault(name, []).append(spec)
     index.section_ops = frozenset(section_ops)
-    index.served = EVERY_OP if None in section_ops else index.ops | {op for op in section_ops if op}
-    index.reach = ReachMap(index.served)
+    index.reach.served = (
+        EVERY_OP if None in section_ops else index.ops | {op for op in section_ops if op}
+    )
     index.probes = _probes(index)
     index.modes = {k: v for k, v in index.modes.items() if v == PRESEED}
     return index
