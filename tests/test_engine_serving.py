@@ -250,35 +250,23 @@ def test_a_remembered_direct_call_serves_only_the_runner_it_was_kept_for(engine)
     """A direct call's answer is remembered under its runner's id, and an id outlives its
     object: a runner of another pinned class made at the freed address gets its own pin, not
     the answer remembered for the runner that was there."""
-    from flashinfer.autotuner import TunableRunner
-
-    class ToyFirstRunner(TunableRunner):
-        def get_valid_tactics(self, inputs: Any, profile: Any) -> list[int]:
-            return [1, 2, 4]
-
-        def forward(self, inputs: Any, tactic: Any = -1, **kw: Any) -> Any:
-            return inputs[0] @ inputs[1]
-
-    class ToySecondRunner(ToyFirstRunner):
-        def get_valid_tactics(self, inputs: Any, profile: Any) -> list[int]:
-            return [1, 2, 4]
-
+    _, first_class, second_class = _inherited_classes()
     table = toy_pins.table(
-        {**toy_pins.entry("ToyFirstRunner", 2), "extras": "()"},
-        {**toy_pins.entry("ToySecondRunner", 4), "extras": "()"},
+        {**toy_pins.entry("ToyInheritingA", 2), "extras": "()"},
+        {**toy_pins.entry("ToyInheritingB", 4), "extras": "()"},
     )
     x, w = toy_op.operands(ROWS, N)
     with fi_patches.pinned_tactics(table):
-        first = ToyFirstRunner()
+        first = first_class()
         assert first.get_valid_tactics([x, w], None) == [2]
         assert first.get_valid_tactics([x, w], None) == [2]  # now from the memo
         address = id(first)
         del first
         made = []  # runners at other addresses stay alive, so the freed one comes up
-        second = ToySecondRunner()
+        second = second_class()
         while id(second) != address and len(made) < 1000:
             made.append(second)
-            second = ToySecondRunner()
+            second = second_class()
         assert id(second) == address  # CPython gave the freed address to a new runner
         assert second.get_valid_tactics([x, w], None) == [4]
 
