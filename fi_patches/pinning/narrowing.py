@@ -68,6 +68,10 @@ Offer = tuple[Any, ...]
 runner serves the key."""
 
 
+UNREAD: Any = object()
+"""What a wrapper hands :func:`search` for the index in force when it has not read it."""
+
+
 def search(
     name: str,
     gate: Any,
@@ -75,12 +79,20 @@ def search(
     inputs: Sequence[Any],
     profile: Any,
     stock: tuple[Any, tuple[Any, ...], dict[str, Any]],
+    index: PinIndex | None = UNREAD,
 ) -> Offer | None:
     """What a call of runner class ``name`` is offered in this context (see :data:`Offer`), or
     None for the stock list (also once the wrapper's patch is reverted). ``stock`` is
     ``(method, args, kwargs)``: FlashInfer's own method and the call's further arguments, asked
-    for the stock list where a pin is checked (once per call key)."""
-    index = stack.current_index() if gate.active else None
+    for the stock list where a pin is checked (once per call key). ``index``: the index in
+    force here, where the wrapper has read it already (this context's own while
+    :data:`~fi_patches.pinning.stack.PLAIN`), else :data:`UNREAD`."""
+    if not gate.active:
+        return None
+    if index is UNREAD:
+        index = stack.SERVING[0]  # the process-wide pins' index while no block is open
+        if index is stack.CONTEXT:
+            index = stack.current_index()
     if index is None:  # another context's pin, or none while pins are suspended
         return None
     call = CALL.get()
@@ -159,19 +171,18 @@ def valid_tactics_replacement(name: str) -> Any:
         probe_for = stack.probe_cell(name).get
 
         def answer(
-            runner: Any, inputs: Any, profile: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
+            runner: Any,
+            inputs: Any,
+            profile: Any,
+            args: tuple[Any, ...],
+            kwargs: dict[str, Any],
+            index: Any,
         ) -> list[Any] | None:
             """What a call that may be pinned in this context is offered: the pin, ``[]`` when
-            another runner's pin serves it, or None for the stock list."""
+            another runner's pin serves it, or None for the stock list. ``index``: as
+            :func:`search` takes it."""
             try:
-                offer = search(
-                    name,
-                    gate,
-                    runner,
-                    inputs,
-                    profile,
-                    (original, args, kwargs),
-                )
+                offer = search(name, gate, runner, inputs, profile, (original, args, kwargs), index)
             except Exception:
                 _unreadable(name)
                 return None
@@ -187,9 +198,9 @@ def valid_tactics_replacement(name: str) -> Any:
     return make
 
 
-Answer = Callable[[Any, Any, Any, tuple[Any, ...], dict[str, Any]], "list[Any] | None"]
-"""``answer(runner, inputs, profile, args, kwargs)``: what a wrapper offers a call that may be
-pinned (None: the stock list)."""
+Answer = Callable[[Any, Any, Any, tuple[Any, ...], dict[str, Any], Any], "list[Any] | None"]
+"""``answer(runner, inputs, profile, args, kwargs, index)``: what a wrapper offers a call that
+may be pinned (None: the stock list); ``index`` as :func:`search` takes it."""
 
 
 def _plain_shell(name: str, original: Any, probe_for: Any, answer: Answer) -> Any:
@@ -199,7 +210,8 @@ def _plain_shell(name: str, original: Any, probe_for: Any, answer: Answer) -> An
     here, plain = stack.scope, stack.PLAIN
 
     def get_valid_tactics(self: Any, inputs: Any, profile: Any) -> Any:
-        if here().index is None and plain[0]:  # nothing pins in this context
+        index = here().index
+        if index is None and plain[0]:  # nothing pins in this context
             return original(self, inputs, profile)
         try:
             probe = probe_for(len(inputs))
@@ -212,7 +224,9 @@ def _plain_shell(name: str, original: Any, probe_for: Any, answer: Answer) -> An
         # While tuning, a runner whose own pins miss may still yield to another runner's pin
         # for the call (search tells), so every call searches.
         if hit or TUNING[0]:
-            found = answer(self, inputs, profile, (), {})
+            # While PLAIN, this context's own index is the one in force: search need not read
+            # the context again.
+            found = answer(self, inputs, profile, (), {}, index if plain[0] else UNREAD)
             if found is not None:
                 return found
         return original(self, inputs, profile)
@@ -229,8 +243,9 @@ def _general_shell(name: str, original: Any, probe_for: Any, answer: Answer) -> 
     def get_valid_tactics(
         self: Any, inputs: Any, profile: Any = None, *args: Any, **kwargs: Any
     ) -> Any:
-        if here().index is not None or not plain[0]:
-            found = answer(self, inputs, profile, args, kwargs)
+        index = here().index
+        if index is not None or not plain[0]:
+            found = answer(self, inputs, profile, args, kwargs, index if plain[0] else UNREAD)
             if found is not None:
                 return found
         return original(self, inputs, profile, *args, **kwargs)
