@@ -498,6 +498,35 @@ def test_serving_sees_tables_disable_enable_and_refresh_on_the_next_call(engine,
 
 
 @pytest.mark.parametrize("mode", SERVING_MODES)
+def test_a_direct_call_sees_tables_disable_enable_and_refresh_on_the_next_call(engine, mode):
+    """A direct ``get_valid_tactics`` call (as FlashInfer's own ops make outside the tuner)
+    reads the pins in force in every mode: the pin while they serve, its answer remembered until
+    ``refresh()``, the stock list after ``disable()``, and the pin again after ``enable()`` where
+    it brings them back (process-wide pins)."""
+    calls: list[str] = []
+    runner = _counting_runner(calls)
+    x, w = toy_op.operands(ROWS, N)
+
+    def offered() -> list[Any]:
+        return list(runner.get_valid_tactics([x, w], None))
+
+    stock = offered()
+    table = toy_pins.table({**toy_pins.entry("ToyCountingRunner", 4), "extras": "(torch.float32,)"})
+    with toy_pins.serving(table, mode):  # loaded after the call above
+        assert offered() == [4]
+        listed = calls.count("list")
+        assert offered() == [4] and calls.count("list") == listed  # remembered
+        fi_patches.refresh()
+        assert offered() == [4] and calls.count("list") == listed + 1  # decided afresh
+        fi_patches.disable()
+        assert offered() == stock
+        fi_patches.enable()
+        assert offered() == ([4] if mode == "process" else stock)
+    fi_patches.disable()
+    assert offered() == stock
+
+
+@pytest.mark.parametrize("mode", SERVING_MODES)
 def test_a_pin_the_runners_own_check_rejects_gets_flashinfers_answer(engine, monkeypatch, mode):
     """FlashInfer asks a runner's ``validate_tactic`` of a cached winner on every lookup; a pin
     it rejects (or a check that raises) leaves that call to FlashInfer, and nothing raises."""
