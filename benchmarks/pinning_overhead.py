@@ -1,7 +1,7 @@
 """What pinning costs: the low-latency runner's ``get_valid_tactics`` stock vs inside
 ``pinned_tactics()`` (pinned and unpinned problems), pinned by its ``[[low_latency]]`` section
-and by a ``[[pin]]`` entry (the engine's form for any op), and with another thread's block
-open; FlashInfer's tuner lookup while serving (``choose_one`` outside tuning, what every call
+and by a ``[[pin]]`` entry (the engine's form for any op), under process-wide pins, and with
+another thread's block open; FlashInfer's tuner lookup while serving (``choose_one`` outside tuning, what every call
 of a tuned op makes) of a pinned and an unpinned key, stock vs under process-wide pins, inside
 a narrowing and a preseed block, and with another thread's block open (the tests' op,
 ``tests/toy_op.py``, on FlashInfer's real tuner); entering and leaving a block of a
@@ -408,6 +408,15 @@ def main() -> int:
             assert runner.get_valid_tactics(pinned_inputs, None) == [pin]
             keep("pin pinned", timed(call(pinned_inputs)))
             keep("pin unpinned", timed(call(unpinned_inputs)))
+        fi_patches.register_pins(table)  # process-wide, as FI_PATCHES_PINS and the plugins run
+        fi_patches.enable()
+        try:
+            assert runner.get_valid_tactics(pinned_inputs, None) == [pin]
+            keep("process pinned", timed(call(pinned_inputs)))
+            keep("process unpinned", timed(call(unpinned_inputs)))
+        finally:
+            fi_patches.disable()
+            fi_patches.register_pins(None)
         runner_class.get_valid_tactics = floor
         try:
             keep("floor unpinned", timed(call(unpinned_inputs)))
@@ -458,6 +467,20 @@ def main() -> int:
             stock_unpinned,
             best["pin unpinned"],
             paired("pin unpinned", "stock unpinned"),
+            TARGET_UNPINNED,
+        ),
+        (
+            "process-wide pins, pinned problem",
+            stock_pinned,
+            best["process pinned"],
+            paired("process pinned", "stock pinned"),
+            TARGET_PINNED,
+        ),
+        (
+            "process-wide pins, unpinned problem",
+            stock_unpinned,
+            best["process unpinned"],
+            paired("process unpinned", "stock unpinned"),
             TARGET_UNPINNED,
         ),
         (
