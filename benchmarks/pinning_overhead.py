@@ -1,15 +1,15 @@
 """What pinning costs: the low-latency runner's ``get_valid_tactics`` stock vs inside
 ``pinned_tactics()`` (pinned and unpinned problems), pinned by its ``[[low_latency]]`` section
 and by a ``[[pin]]`` entry (the engine's form for any op), under process-wide pins, and with
-another thread's block open; FlashInfer's tuner lookup while serving (``choose_one`` outside tuning, what every call
-of a tuned op makes) of a pinned and an unpinned key, stock vs under process-wide pins, inside
-a narrowing and a preseed block, and with another thread's block open (the tests' op,
-``tests/toy_op.py``, on FlashInfer's real tuner); entering and leaving a block of a
-1,000-entry lockfile; and the cost of ``import fi_patches``. Every row with a target prints
-its verdict (issue 30's targets for the lookup and ``get_valid_tactics``); the "floor" rows
-time the least any wrapper costs (one that only calls FlashInfer), for reference, and the
-least a design that answers serving calls in ``choose_one`` alone would cost a thread without
-pins while another holds a block (one wrapper that reads its context, ``search_cache`` stock).
+another thread's block open; FlashInfer's tuner lookup while serving (``choose_one`` outside
+tuning, what every call of a tuned op makes) of a pinned and an unpinned key, stock vs under
+process-wide pins, inside a narrowing and a preseed block, and with another thread's block open
+(the tests' op, ``tests/toy_op.py``, on FlashInfer's real tuner); entering and leaving a block
+of a 1,000-entry lockfile; and the cost of ``import fi_patches``. Every row with a target prints
+its verdict (issue 30's targets for the lookup and ``get_valid_tactics``); the "floor" rows time
+the least any wrapper costs (one that only calls FlashInfer), for reference, and the least a
+design that answers serving calls in ``choose_one`` alone would cost a thread without pins while
+another holds a block (one wrapper that reads its context, ``search_cache`` stock).
 
 Runs on CPU with the real FlashInfer (targets sm_103 offline through FI_PATCHES_DEVICE).
 Ratios are against stock FlashInfer measured in the same run, in this thread's CPU time, over
