@@ -468,7 +468,15 @@ def test_serving_lookups_keep_candidate_lists_rank_consistent(engine, monkeypatc
 
 
 @pytest.mark.parametrize("mode", SERVING_MODES)
-def test_serving_sees_tables_disable_enable_and_refresh_on_the_next_call(engine, monkeypatch, mode):
+@pytest.mark.parametrize("call", ["lookup", "direct"])
+def test_serving_sees_tables_disable_enable_and_refresh_on_the_next_call(
+    engine, monkeypatch, mode, call
+):
+    """A serving lookup (``choose_one`` outside tuning) and a direct ``get_valid_tactics`` call
+    (as FlashInfer's own ops make outside the tuner) alike read the pins in force in every mode:
+    the pin while they serve, its decision remembered until ``refresh()``, FlashInfer's answer
+    after ``disable()``, and the pin again after ``enable()`` where it brings them back
+    (process-wide pins; a block ``disable()`` made inert stays inert until it exits)."""
     from flashinfer.autotuner import AutoTuner
 
     calls: list[str] = []
@@ -478,52 +486,25 @@ def test_serving_sees_tables_disable_enable_and_refresh_on_the_next_call(engine,
     tuner, config = AutoTuner.get(), toy_op.config()
 
     def served() -> Any:
-        return tuner.choose_one(toy_op.OP, [counting], config, [x, w])[1]
+        if call == "lookup":
+            return tuner.choose_one(toy_op.OP, [counting], config, [x, w])[1]
+        return list(counting.get_valid_tactics([x, w], None))
 
+    pinned = 4 if call == "lookup" else [4]
     stock = served()
     table = toy_pins.table({**toy_pins.entry("ToyCountingRunner", 4), "extras": "(torch.float32,)"})
-    with toy_pins.serving(table, mode):  # loaded after the calls above
-        assert served() == 4
+    with toy_pins.serving(table, mode):  # loaded after the call above
+        assert served() == pinned
         listed = calls.count("list")
-        assert served() == 4 and calls.count("list") == listed  # remembered
+        assert served() == pinned and calls.count("list") == listed  # remembered
         fi_patches.refresh()
-        assert served() == 4 and calls.count("list") == listed + 1  # decided afresh
+        assert served() == pinned and calls.count("list") == listed + 1  # decided afresh
         fi_patches.disable()
         assert served() == stock
         fi_patches.enable()
-        # process-wide pins come back; a block disable() made inert stays inert until it exits
-        assert served() == (4 if mode == "process" else stock)
+        assert served() == (pinned if mode == "process" else stock)
     fi_patches.disable()
     assert served() == stock
-
-
-@pytest.mark.parametrize("mode", SERVING_MODES)
-def test_a_direct_call_sees_tables_disable_enable_and_refresh_on_the_next_call(engine, mode):
-    """A direct ``get_valid_tactics`` call (as FlashInfer's own ops make outside the tuner)
-    reads the pins in force in every mode: the pin while they serve, its answer remembered until
-    ``refresh()``, the stock list after ``disable()``, and the pin again after ``enable()`` where
-    it brings them back (process-wide pins)."""
-    calls: list[str] = []
-    runner = _counting_runner(calls)
-    x, w = toy_op.operands(ROWS, N)
-
-    def offered() -> list[Any]:
-        return list(runner.get_valid_tactics([x, w], None))
-
-    stock = offered()
-    table = toy_pins.table({**toy_pins.entry("ToyCountingRunner", 4), "extras": "(torch.float32,)"})
-    with toy_pins.serving(table, mode):  # loaded after the call above
-        assert offered() == [4]
-        listed = calls.count("list")
-        assert offered() == [4] and calls.count("list") == listed  # remembered
-        fi_patches.refresh()
-        assert offered() == [4] and calls.count("list") == listed + 1  # decided afresh
-        fi_patches.disable()
-        assert offered() == stock
-        fi_patches.enable()
-        assert offered() == ([4] if mode == "process" else stock)
-    fi_patches.disable()
-    assert offered() == stock
 
 
 @pytest.mark.parametrize("mode", SERVING_MODES)
