@@ -90,7 +90,10 @@ def search(
     if not gate.active:
         return None
     if index is UNREAD:
-        index = stack.SERVING[0]  # the process-wide pins' index while no block is open
+        # What stack.current_index() answers, inline where it can be (this runs on every call
+        # the probe lets through): SERVING holds the pins in force (the process-wide index, or
+        # None) while no block is open anywhere, and its merge is the one current_index() finds.
+        index = stack.SERVING[0]
         if index is stack.CONTEXT:
             index = stack.current_index()
     if index is None:  # another context's pin, or none while pins are suspended
