@@ -308,6 +308,7 @@ def main() -> int:
 
     import fi_patches
     from fi_patches.compat import status_of
+    from tests import toy_pins
     from tests.toy_op import decoy_pins
 
     record = status_of("pinned_tactics")
@@ -408,15 +409,10 @@ def main() -> int:
             assert runner.get_valid_tactics(pinned_inputs, None) == [pin]
             keep("pin pinned", timed(call(pinned_inputs)))
             keep("pin unpinned", timed(call(unpinned_inputs)))
-        fi_patches.register_pins(table)  # process-wide, as FI_PATCHES_PINS and the plugins run
-        fi_patches.enable()
-        try:
+        with toy_pins.serving(table, "process"):  # as FI_PATCHES_PINS and the plugins run
             assert runner.get_valid_tactics(pinned_inputs, None) == [pin]
             keep("process pinned", timed(call(pinned_inputs)))
             keep("process unpinned", timed(call(unpinned_inputs)))
-        finally:
-            fi_patches.disable()
-            fi_patches.register_pins(None)
         runner_class.get_valid_tactics = floor
         try:
             keep("floor unpinned", timed(call(unpinned_inputs)))
