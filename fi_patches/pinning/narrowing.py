@@ -68,6 +68,11 @@ Offer = tuple[Any, ...]
 runner serves the key."""
 
 
+# What the wrappers read first on every call: module globals rather than their closures'
+# cells, as the lookup wrapper reads its own (:mod:`fi_patches.pinning.tuner_cache`). The same
+# objects for the life of the process.
+_scope, _PLAIN = stack.scope, stack.PLAIN
+
 UNREAD: Any = object()
 """What a wrapper hands :func:`search` for the index in force when it has not read it."""
 
@@ -210,11 +215,10 @@ def _plain_shell(name: str, original: Any, probe_for: Any, answer: Answer) -> An
     """The wrapper of a ``(self, inputs, profile)`` method: one read of the context first (a
     call where nothing pins goes straight to FlashInfer's method), then the probe inline, then
     ``answer`` for a call that passes it (or any call while tuning)."""
-    here, plain = stack.scope, stack.PLAIN
 
     def get_valid_tactics(self: Any, inputs: Any, profile: Any) -> Any:
-        index = here().index
-        if index is None and plain[0]:  # nothing pins in this context
+        index = _scope().index
+        if index is None and _PLAIN[0]:  # nothing pins in this context
             return original(self, inputs, profile)
         try:
             probe = probe_for(len(inputs))
@@ -229,7 +233,7 @@ def _plain_shell(name: str, original: Any, probe_for: Any, answer: Answer) -> An
         if hit or TUNING[0]:
             # While PLAIN, this context's own index is the one in force: search need not read
             # the context again.
-            found = answer(self, inputs, profile, (), {}, index if plain[0] else UNREAD)
+            found = answer(self, inputs, profile, (), {}, index if _PLAIN[0] else UNREAD)
             if found is not None:
                 return found
         return original(self, inputs, profile)
@@ -241,14 +245,13 @@ def _plain_shell(name: str, original: Any, probe_for: Any, answer: Answer) -> An
 def _general_shell(name: str, original: Any, probe_for: Any, answer: Answer) -> Any:
     """The wrapper of a method of any other signature: every call in a context that has pins is
     answered (the probe only saves time) and every argument passed on."""
-    here, plain = stack.scope, stack.PLAIN
 
     def get_valid_tactics(
         self: Any, inputs: Any, profile: Any = None, *args: Any, **kwargs: Any
     ) -> Any:
-        index = here().index
-        if index is not None or not plain[0]:
-            found = answer(self, inputs, profile, args, kwargs, index if plain[0] else UNREAD)
+        index = _scope().index
+        if index is not None or not _PLAIN[0]:
+            found = answer(self, inputs, profile, args, kwargs, index if _PLAIN[0] else UNREAD)
             if found is not None:
                 return found
         return original(self, inputs, profile, *args, **kwargs)
