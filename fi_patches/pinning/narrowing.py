@@ -30,6 +30,7 @@ from fi_patches.pinning.serving import (
     signature,
     stock_tactics,
 )
+from fi_patches.pinning.stack import CONTEXT, PLAIN, SERVING, current_index, scope
 from fi_patches.pins.keys import extras_text
 from fi_patches.pins.table import REFRESHED
 
@@ -68,11 +69,6 @@ Offer = tuple[Any, ...]
 runner serves the key."""
 
 
-# What the wrappers read first on every call: module globals rather than their closures'
-# cells, as the lookup wrapper reads its own (:mod:`fi_patches.pinning.tuner_cache`). The same
-# objects for the life of the process.
-_scope, _PLAIN = stack.scope, stack.PLAIN
-
 UNREAD: Any = object()
 """What a wrapper hands :func:`search` for the index in force when it has not read it."""
 
@@ -98,9 +94,9 @@ def search(
         # What stack.current_index() answers, inline where it can be (this runs on every call
         # the probe lets through): SERVING holds the pins in force (the process-wide index, or
         # None) while no block is open anywhere, and its merge is the one current_index() finds.
-        index = stack.SERVING[0]
-        if index is stack.CONTEXT:
-            index = stack.current_index()
+        index = SERVING[0]
+        if index is CONTEXT:
+            index = current_index()
     if index is None:  # another context's pin, or none while pins are suspended
         return None
     call = CALL.get()
@@ -217,8 +213,10 @@ def _plain_shell(name: str, original: Any, probe_for: Any, answer: Answer) -> An
     ``answer`` for a call that passes it (or any call while tuning)."""
 
     def get_valid_tactics(self: Any, inputs: Any, profile: Any) -> Any:
-        index = _scope().index
-        if index is None and _PLAIN[0]:  # nothing pins in this context
+        # The context's scope and PLAIN are module globals, not closure cells (as the lookup
+        # wrapper reads them, :mod:`fi_patches.pinning.tuner_cache`).
+        index = scope().index
+        if index is None and PLAIN[0]:  # nothing pins in this context
             return original(self, inputs, profile)
         try:
             probe = probe_for(len(inputs))
@@ -233,7 +231,7 @@ def _plain_shell(name: str, original: Any, probe_for: Any, answer: Answer) -> An
         if hit or TUNING[0]:
             # While PLAIN, this context's own index is the one in force: search need not read
             # the context again.
-            found = answer(self, inputs, profile, (), {}, index if _PLAIN[0] else UNREAD)
+            found = answer(self, inputs, profile, (), {}, index if PLAIN[0] else UNREAD)
             if found is not None:
                 return found
         return original(self, inputs, profile)
@@ -249,9 +247,9 @@ def _general_shell(name: str, original: Any, probe_for: Any, answer: Answer) -> 
     def get_valid_tactics(
         self: Any, inputs: Any, profile: Any = None, *args: Any, **kwargs: Any
     ) -> Any:
-        index = _scope().index
-        if index is not None or not _PLAIN[0]:
-            found = answer(self, inputs, profile, args, kwargs, index if _PLAIN[0] else UNREAD)
+        index = scope().index
+        if index is not None or not PLAIN[0]:
+            found = answer(self, inputs, profile, args, kwargs, index if PLAIN[0] else UNREAD)
             if found is not None:
                 return found
         return original(self, inputs, profile, *args, **kwargs)

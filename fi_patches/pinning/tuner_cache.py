@@ -33,9 +33,9 @@ from typing import Any
 
 from fi_patches._logging import get_logger, log_once
 from fi_patches.internals import tuner as fi_tuner
-from fi_patches.pinning import stack
 from fi_patches.pinning.index import PRESEED, UNSERVED, key_hits, reach_test, section_weights
 from fi_patches.pinning.serving import CALL, Listing, serving_pin, stock_tactics
+from fi_patches.pinning.stack import CONTEXT, PLAIN, SERVING, current_index, scope
 from fi_patches.pins.keys import as_tactic
 from fi_patches.pins.table import REFRESHED
 
@@ -257,12 +257,6 @@ def _tuning(
 _UNSET: Any = object()
 """A keyword argument the caller did not pass."""
 
-# The pin state as the lean wrapper reads it on every lookup: module globals rather than its
-# closure's cells, which on Python 3.11 cost every lookup 0.01-0.02 of stock more (an A/B in
-# docs/results.md). The same objects for the life of the process.
-_SERVING, _CONTEXT, _PLAIN = stack.SERVING, stack.CONTEXT, stack.PLAIN
-_scope, _current_index = stack.scope, stack.current_index
-
 KEYWORDS = ("require_profiling_policy", "validation_profile")
 """The keyword-only parameters of FlashInfer's ``search_cache`` (0.7.4) that the lean wrapper
 takes by name."""
@@ -309,10 +303,12 @@ def search_cache_replacement(original: Any, gate: Any) -> Any:
         require_profiling_policy: Any = _UNSET,
         validation_profile: Any = _UNSET,
     ) -> Any:
-        index = _SERVING[0]
-        if index is _CONTEXT:  # some block is open somewhere: this context decides
+        # The pin state is read as module globals, not closure cells: on Python 3.11 cells cost
+        # every lookup 0.01-0.02 of stock more (an A/B in docs/results.md).
+        index = SERVING[0]
+        if index is CONTEXT:  # some block is open somewhere: this context decides
             try:
-                index = _scope().index if _PLAIN[0] else _current_index()
+                index = scope().index if PLAIN[0] else current_index()
             except Exception:
                 _surprise()
                 index = None
@@ -412,7 +408,7 @@ def _general(
     its pin where a preseed block's entry serves it or the lookup serves (outside tuning),
     else FlashInfer's answer is checked against the pin (:func:`_checked`)."""
     try:
-        index = stack.current_index() if gate.active else None
+        index = current_index() if gate.active else None
         pinned = None
         if index is not None and op in index.served:
             profile = kwargs.get("validation_profile")
