@@ -11,7 +11,10 @@ the least any wrapper costs (one that only calls FlashInfer), for reference, and
 design that answers serving calls in ``choose_one`` alone would cost a thread without pins while
 another holds a block (one wrapper that reads its context, ``search_cache`` stock).
 
-Runs on CPU with the real FlashInfer (targets sm_103 offline through FI_PATCHES_DEVICE).
+Runs on CPU with the real FlashInfer (targets sm_103 offline through FI_PATCHES_DEVICE). Where
+``pinned_tactics`` is disabled (no CuTe DSL, as on the lent Hopper GPU's host), the
+``get_valid_tactics`` rows are skipped, with the reason, and the lookup rows run, their "another
+op" row under a ``[[pin]]`` of another op.
 Ratios are against stock FlashInfer measured in the same run, in this thread's CPU time, over
 many short rounds, each batch after 200 untimed calls (on a shared 2-core VM, batches of
 2,000 calls moved a verdict by up to 0.07 between runs, batches of 200 by under 0.01).
@@ -85,6 +88,7 @@ TARGET_LOOKUP = {
     "process-wide pins, pinned key": 1.01,
     "process-wide pins, unpinned key": None,
     "process-wide low_latency pins, another op": None,
+    "process-wide pins of another op only": None,
     "narrowing block, pinned key": 1.05,
     "narrowing block, unpinned key": 1.05,
     "narrowing block, an op no entry pins": None,
@@ -100,7 +104,7 @@ IDLE_THREAD_ROW = "stock, another thread waiting (reference)"
 thread" row does, without a block: what a second thread alone costs this one."""
 
 
-def lookup_rows(repeat: int, number: int, timed: Any, any_op: Any) -> None:
+def lookup_rows(repeat: int, number: int, timed: Any, any_op: Any, any_op_row: str) -> None:
     """The serving lookup (``choose_one`` outside tuning, what every call of a tuned op makes),
     stock vs each mode that serves it: process-wide pins (``fi_patches.enable()`` with the
     table registered, as ``FI_PATCHES_PINS`` and the vLLM/SGLang plugins run), a narrowing
@@ -110,9 +114,10 @@ def lookup_rows(repeat: int, number: int, timed: Any, any_op: Any) -> None:
     that the pin is served), the other weight's tuned key is the unpinned one. Each round runs
     stock and every mode once, in an order of its own (no mode always first or last), and a
     reference row times stock beside a waiting thread; the verdict is the median of per-round
-    ratios against the same round's stock. ``any_op`` is a table of a section that serves any
-    op (``[[low_latency]]``): under it process-wide, the lookup of an op it does not pin (a
-    server's every other tuned op)."""
+    ratios against the same round's stock. ``any_op`` is a table that pins another op, timed
+    process-wide as row ``any_op_row``: the lookup of an op it does not pin (a server's every
+    other tuned op). Where the CuTe DSL runs it is a ``[[low_latency]]`` section (which serves
+    any op, so the lookup takes the reach test), elsewhere a ``[[pin]]`` of another op."""
     import flashinfer
     import pytest
     from class_changes import bare_search_cache  # benchmarks/ is this script's first path entry
@@ -212,7 +217,7 @@ def lookup_rows(repeat: int, number: int, timed: Any, any_op: Any) -> None:
         def process_wide_section() -> None:
             with toy_pins.serving(any_op, "process"):
                 assert stack.current_index() is not None
-                keep("process-wide low_latency pins, another op", timed(pinned))
+                keep(any_op_row, timed(pinned))
 
         def narrowing() -> None:
             with fi_patches.pinned_tactics(table):
@@ -281,6 +286,8 @@ def lookup_rows(repeat: int, number: int, timed: Any, any_op: Any) -> None:
         f"{'case':<46}{'stock us':>10}{'fi_patches us':>15}{'best':>7}{'median':>8}{'target':>9}  ok"
     )
     for name, target in TARGET_LOOKUP.items():
+        if name not in rounds:  # the other form of the "another op" row
+            continue
         base = rounds[
             "stock, an op no entry pins"
             if name == "narrowing block, an op no entry pins"
@@ -298,25 +305,30 @@ def lookup_rows(repeat: int, number: int, timed: Any, any_op: Any) -> None:
         )
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--repeat", type=int, default=151)
-    parser.add_argument("--number", type=int, default=200)
-    args = parser.parse_args()
+def timer(number: int) -> Any:
+    """``timed(fn)``: microseconds per call of ``fn`` over a batch of ``number`` calls, in this
+    thread's CPU time (the calls' own work, not time descheduled by other load), after
+    :data:`WARM_CALLS` untimed calls (on every side alike: entering a block installs wrappers,
+    class attributes change and CPython re-specializes the call sites once; the rows measure the
+    steady per-call cost a server pays, not that one-time cost)."""
 
-    import fi_patches
-    from fi_patches.compat import status_of
-    from tests import toy_pins
-    from tests.toy_op import decoy_pins
+    def timed(fn: Any) -> float:
+        for _ in range(WARM_CALLS):
+            fn()
+        clock = timeit.Timer(fn, timer=time.thread_time)
+        return clock.timeit(number=number) / number * 1e6
 
-    record = status_of("pinned_tactics")
-    if not record.enabled:
-        print(f"pinned_tactics is disabled here: {record.reason}")
-        return 0
+    return timed
+
+
+def valid_tactics_rows(repeat: int, number: int, timed: Any, flashinfer_version: str) -> Any:
+    """The low-latency runner's ``get_valid_tactics`` rows (they need the CuTe DSL), printed;
+    returns the ``[[low_latency]]`` table they pinned, for :func:`lookup_rows`."""
     import cutlass  # noqa: F401  (imported by the runner; keep it out of the timings)
     from flashinfer.gemm import gemm_base
+
+    import fi_patches
+    from tests import toy_pins
 
     runner: Any = gemm_base._cutedsl_low_latency_blockscaled_gemm_runner(103, True)
     n, k = 7168, 1536
@@ -347,13 +359,6 @@ def main() -> int:
         },
         source="<benchmark [[pin]]>",
     )
-    lockfile = fi_patches.PinTable.from_mapping(
-        {
-            "meta": {"device": "*", "flashinfer": ""},
-            "pin": decoy_pins(1000),
-        },
-        source="<benchmark 1000 entries>",
-    )
 
     def call(inp):
         return lambda: runner.get_valid_tactics(inp, None)
@@ -369,16 +374,6 @@ def main() -> int:
         if inputs[1].shape in pinned_shapes:
             pass
         return stock_method(self, inputs, profile)
-
-    def timed(fn) -> float:
-        # Untimed calls first, on every side alike: entering a block installs wrappers
-        # (class attributes change, so CPython re-specializes the call sites once), and the
-        # rows measure the steady per-call cost a server pays, not that one-time cost.
-        for _ in range(WARM_CALLS):
-            fn()
-        # This thread's CPU time: the calls' own work, not time descheduled by other load.
-        clock = timeit.Timer(fn, timer=time.thread_time)
-        return clock.timeit(number=args.number) / args.number * 1e6
 
     # Wrappers installed (another thread holds pins), this thread has none: the fast path.
     entered, leave = threading.Event(), threading.Event()
@@ -398,7 +393,7 @@ def main() -> int:
         best[name] = min(best.get(name, float("inf")), value)
         rounds.setdefault(name, []).append(value)
 
-    for _ in range(args.repeat):
+    for _ in range(repeat):
         keep("stock pinned", timed(call(pinned_inputs)))
         keep("stock unpinned", timed(call(unpinned_inputs)))
         with fi_patches.pinned_tactics(table):
@@ -496,8 +491,8 @@ def main() -> int:
     ]
 
     print(
-        f"FlashInfer {record.flashinfer}, low-latency runner get_valid_tactics, "
-        f"thread CPU time, {args.repeat} alternating rounds of {args.number} calls; us: best "
+        f"FlashInfer {flashinfer_version}, low-latency runner get_valid_tactics, "
+        f"thread CPU time, {repeat} alternating rounds of {number} calls; us: best "
         "round; ratios: of the best rounds, and the median of per-round ratios (verdict)"
     )
     print(
@@ -511,7 +506,43 @@ def main() -> int:
             f"{limit:>9}  {ok}"
         )
     print()
-    lookup_rows(args.repeat, args.number, timed, table)
+    return table
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--repeat", type=int, default=151)
+    parser.add_argument("--number", type=int, default=200)
+    args = parser.parse_args()
+
+    import fi_patches
+    from fi_patches.compat import status_of
+    from tests.toy_op import decoy_pins
+
+    timed = timer(args.number)
+    record = status_of("pinned_tactics")
+    if record.enabled:
+        any_op = valid_tactics_rows(args.repeat, args.number, timed, record.flashinfer)
+        any_op_row = "process-wide low_latency pins, another op"
+    else:  # a host without the CuTe DSL (a Hopper GPU's): the lookup rows alone
+        print(f"get_valid_tactics rows not measured: pinned_tactics is disabled ({record.reason})")
+        print()
+        any_op = fi_patches.PinTable.from_mapping(
+            {"meta": {"device": "*", "flashinfer": ""}, "pin": decoy_pins(1)},
+            source="<benchmark, another op>",
+        )
+        any_op_row = "process-wide pins of another op only"
+    lookup_rows(args.repeat, args.number, timed, any_op, any_op_row)
+    lockfile = fi_patches.PinTable.from_mapping(
+        {
+            "meta": {"device": "*", "flashinfer": ""},
+            "pin": decoy_pins(1000),
+        },
+        source="<benchmark 1000 entries>",
+    )
+
     with fi_patches.pinned_tactics(lockfile):  # checked once; every later entry reuses that
         pass
     enter_exit = []
