@@ -6,6 +6,9 @@ serving call of the op itself (its tuner lookup and launch, the GPU left to run)
 each serving mode: process-wide pins, a narrowing block, a preseed block, and another thread's
 block (none in this one), for the pinned weight and another; and two reference rows: stock
 beside an idle thread, and the floor (a bare pass-through wrapper of FlashInfer's lookup).
+``get_valid_tactics``'s unpinned problem has a floor row too: a wrapper that tests the shape of
+the input fi_patches' probe reads against a set, then calls FlashInfer's method, the least a
+wrapper that finds a direct call's pin costs.
 
 The lockfile is what users make: one ``autotune(True, cache=...)`` of each op at 8 rows of a
 (4096, 4096) weight, then ``python -m fi_patches pins record``. The runner and its inputs are
@@ -53,9 +56,10 @@ IDLE_THREAD = "idle thread"
 """A reference row, stock with no wrapper installed while another thread waits as the "other
 thread" mode's holder does (no block): what a second thread alone costs this one."""
 FLOOR = "floor"
-"""A reference row: a bare ``search_cache`` wrapper (FlashInfer's parameters; it calls
-FlashInfer's method and does nothing else), installed around its batch alone, no pins: the least
-any wrapper of FlashInfer's lookup costs a serving call, to read the modes' rows against."""
+"""A reference row. For a serving call: a bare ``search_cache`` wrapper (FlashInfer's
+parameters; it calls FlashInfer's method and does nothing else), installed around its batch
+alone, no pins: the least any wrapper of FlashInfer's lookup costs a serving call, to read the
+modes' rows against. For ``get_valid_tactics``: see :func:`_floor_wrapper`."""
 """process-wide: ``register_pins`` + ``enable()`` (what FI_PATCHES_PINS and the host plugins
 run); narrow, preseed: a ``pinned_tactics`` block of that mode; other thread: another thread
 holds a block, this one has none (the wrappers installed, nothing pinned here)."""
@@ -178,24 +182,37 @@ def main() -> int:
         stock_list = list(runner.get_valid_tactics(pinned, None))
         with fi_patches.pinned_tactics(table):
             offered = list(runner.get_valid_tactics(pinned, None))
+            probe = _probe(type(runner).__name__, len(unpinned))
+        floor = _floor_wrapper(type(runner), probe)
         number = max(1, int(BATCH_S / max(1e-7, _once(runner, pinned))))
         for case, inputs, target in (
             ("pinned", pinned, TARGET_PINNED),
             ("unpinned", unpinned, TARGET_UNPINNED),
         ):
             stock, ours, ratios = float("inf"), float("inf"), []
+            least, floor_ratios = float("inf"), []
             for _ in range(args.rounds):
                 s = _timed(runner, inputs, number, warm)
                 with fi_patches.pinned_tactics(table):
                     o = _timed(runner, inputs, number, warm)
                 stock, ours = min(stock, s), min(ours, o)
                 ratios.append(o / s)
+                if case == "unpinned":
+                    f = _timed_floor(runner, inputs, number, warm, floor)
+                    least = min(least, f)
+                    floor_ratios.append(f / s)
             ratio = statistics.median(ratios)
             ok = "yes" if ratio <= target else "NO"
             print(
                 f"{name:<18}{type(runner).__name__:<26}{case:<10}{stock * 1e6:>10.2f}"
                 f"{ours * 1e6:>11.2f}{ratio:>8.3f}  {ok} (<= {target:.2f})"
             )
+            if floor_ratios:
+                print(
+                    f"{name:<18}{type(runner).__name__:<26}{FLOOR:<10}{stock * 1e6:>10.2f}"
+                    f"{least * 1e6:>11.2f}{statistics.median(floor_ratios):>8.3f}  "
+                    f"- (reference: inputs[{probe[0]}].shape in a set, then FlashInfer's method)"
+                )
         for label, weight in (("pinned", PINNED), ("unpinned", UNPINNED)):
             _serving_rows(
                 fi_patches, flashinfer, torch, name, table, weight, label, args.rounds, warm
@@ -339,6 +356,48 @@ def _timed_calls(
     took = clock.timeit(number=number) / number
     torch.cuda.synchronize()
     return took
+
+
+def _probe(runner_name: str, count: int) -> tuple[int, frozenset[Any]]:
+    """The input fi_patches' wrapper reads for a call of ``count`` inputs, and the shapes it
+    tests (read inside a block: :func:`fi_patches.pinning.stack.probe_cell`); the weight
+    (input 1) and no shape where the block has no probe of that length."""
+    from fi_patches.pinning.stack import probe_cell
+
+    found = probe_cell(runner_name).get(count)
+    if found is None or found[1] is None:
+        return 1, frozenset()
+    return found[0], found[1]
+
+
+def _floor_wrapper(runner_class: Any, probe: tuple[int, frozenset[Any]]) -> Any:
+    """The least a wrapper of ``get_valid_tactics`` that finds a direct call's pin costs: it takes
+    FlashInfer's parameters, tests one input's shape against a set (the test fi_patches' probe
+    makes), and calls FlashInfer's method. For reference only: installed around its batch alone,
+    no pins."""
+    stock_method = runner_class.get_valid_tactics
+    position, shapes = probe
+
+    def get_valid_tactics(self: Any, inputs: Any, profile: Any) -> Any:
+        if inputs[position].shape in shapes:
+            pass
+        return stock_method(self, inputs, profile)
+
+    return get_valid_tactics
+
+
+def _timed_floor(runner: Any, inputs: Any, number: int, warm: int, floor: Any) -> float:
+    """:func:`_timed` with ``floor`` installed as the runner class's method."""
+    runner_class = type(runner)
+    own = vars(runner_class).get("get_valid_tactics")
+    runner_class.get_valid_tactics = floor  # type: ignore[method-assign]
+    try:
+        return _timed(runner, inputs, number, warm)
+    finally:
+        if own is None:  # inherited: leave the class as it was
+            del runner_class.get_valid_tactics
+        else:
+            runner_class.get_valid_tactics = own  # type: ignore[method-assign]
 
 
 def _timed(runner: Any, inputs: Any, number: int, warm: int) -> float:
