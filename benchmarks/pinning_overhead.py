@@ -325,6 +325,7 @@ def valid_tactics_rows(repeat: int, number: int, timed: Any, flashinfer_version:
     """The low-latency runner's ``get_valid_tactics`` rows (they need the CuTe DSL), printed;
     returns the ``[[low_latency]]`` table they pinned, for :func:`lookup_rows`."""
     import cutlass  # noqa: F401  (imported by the runner; keep it out of the timings)
+    from class_changes import floor_valid_tactics  # benchmarks/ is this script's first path entry
     from flashinfer.gemm import gemm_base
 
     import fi_patches
@@ -363,17 +364,9 @@ def valid_tactics_rows(repeat: int, number: int, timed: Any, flashinfer_version:
     def call(inp):
         return lambda: runner.get_valid_tactics(inp, None)
 
-    runner_class: Any = type(runner)
-    stock_method = vars(runner_class)["get_valid_tactics"]
+    # The floor row: the least any wrapper of the method costs (FlashInfer's parameters, the
+    # weight's shape tested against a set, then FlashInfer's method), installed around its batch.
     pinned_shapes = frozenset({pinned_inputs[1].shape})
-
-    def floor(self, inputs, profile):
-        # The least any wrapper of the method costs (for reference, installed only in this
-        # benchmark): FlashInfer's parameters, it reads the weight's shape, tests it against a
-        # set, calls FlashInfer.
-        if inputs[1].shape in pinned_shapes:
-            pass
-        return stock_method(self, inputs, profile)
 
     # Wrappers installed (another thread holds pins), this thread has none: the fast path.
     entered, leave = threading.Event(), threading.Event()
@@ -408,11 +401,8 @@ def valid_tactics_rows(repeat: int, number: int, timed: Any, flashinfer_version:
             assert runner.get_valid_tactics(pinned_inputs, None) == [pin]
             keep("process pinned", timed(call(pinned_inputs)))
             keep("process unpinned", timed(call(unpinned_inputs)))
-        runner_class.get_valid_tactics = floor
-        try:
+        with floor_valid_tactics(type(runner), 1, pinned_shapes):
             keep("floor unpinned", timed(call(unpinned_inputs)))
-        finally:
-            runner_class.get_valid_tactics = stock_method
         holder = threading.Thread(target=hold)
         holder.start()
         entered.wait()

@@ -59,7 +59,7 @@ FLOOR = "floor"
 """A reference row. For a serving call: a bare ``search_cache`` wrapper (FlashInfer's
 parameters; it calls FlashInfer's method and does nothing else), installed around its batch
 alone, no pins: the least any wrapper of FlashInfer's lookup costs a serving call, to read the
-modes' rows against. For ``get_valid_tactics``: see :func:`_floor_wrapper`."""
+modes' rows against. For ``get_valid_tactics``: ``class_changes.floor_valid_tactics``."""
 """process-wide: ``register_pins`` + ``enable()`` (what FI_PATCHES_PINS and the host plugins
 run); narrow, preseed: a ``pinned_tactics`` block of that mode; other thread: another thread
 holds a block, this one has none (the wrappers installed, nothing pinned here)."""
@@ -154,6 +154,7 @@ def main() -> int:
 
     import flashinfer
     import torch
+    from class_changes import floor_valid_tactics  # benchmarks/ is this script's first path entry
 
     import fi_patches
 
@@ -183,7 +184,6 @@ def main() -> int:
         with fi_patches.pinned_tactics(table):
             offered = list(runner.get_valid_tactics(pinned, None))
             probe = _probe(type(runner).__name__, len(unpinned))
-        floor = _floor_wrapper(type(runner), probe)
         number = max(1, int(BATCH_S / max(1e-7, _once(runner, pinned))))
         for case, inputs, target in (
             ("pinned", pinned, TARGET_PINNED),
@@ -198,7 +198,8 @@ def main() -> int:
                 stock, ours = min(stock, s), min(ours, o)
                 ratios.append(o / s)
                 if case == "unpinned":
-                    f = _timed_floor(runner, inputs, number, warm, floor)
+                    with floor_valid_tactics(type(runner), *probe):
+                        f = _timed(runner, inputs, number, warm)
                     least = min(least, f)
                     floor_ratios.append(f / s)
             ratio = statistics.median(ratios)
@@ -368,36 +369,6 @@ def _probe(runner_name: str, count: int) -> tuple[int, frozenset[Any]]:
     if found is None or found[1] is None:
         return 1, frozenset()
     return found[0], found[1]
-
-
-def _floor_wrapper(runner_class: Any, probe: tuple[int, frozenset[Any]]) -> Any:
-    """The least a wrapper of ``get_valid_tactics`` that finds a direct call's pin costs: it takes
-    FlashInfer's parameters, tests one input's shape against a set (the test fi_patches' probe
-    makes), and calls FlashInfer's method. For reference only: installed around its batch alone,
-    no pins."""
-    stock_method = runner_class.get_valid_tactics
-    position, shapes = probe
-
-    def get_valid_tactics(self: Any, inputs: Any, profile: Any) -> Any:
-        if inputs[position].shape in shapes:
-            pass
-        return stock_method(self, inputs, profile)
-
-    return get_valid_tactics
-
-
-def _timed_floor(runner: Any, inputs: Any, number: int, warm: int, floor: Any) -> float:
-    """:func:`_timed` with ``floor`` installed as the runner class's method."""
-    runner_class = type(runner)
-    own = vars(runner_class).get("get_valid_tactics")
-    runner_class.get_valid_tactics = floor  # type: ignore[method-assign]
-    try:
-        return _timed(runner, inputs, number, warm)
-    finally:
-        if own is None:  # inherited: leave the class as it was
-            del runner_class.get_valid_tactics
-        else:
-            runner_class.get_valid_tactics = own  # type: ignore[method-assign]
 
 
 def _timed(runner: Any, inputs: Any, number: int, warm: int) -> float:
